@@ -1,0 +1,21 @@
+# Build options: every choice a user can make at configure time lives here.
+option(HMC_BUILD_TESTS "Build the GoogleTest suite" ON)
+option(HMC_WERROR "Treat compiler warnings as errors" ON)
+option(HMC_SANITIZE "Build with AddressSanitizer + UndefinedBehaviorSanitizer" OFF)
+option(HMC_ASIO_URING_CANCEL_FIX "Clear user_data on every io_uring SQE Asio 1.26 takes (upstream fix of Asio 1.27)" ON)
+set(HMC_ASIO_BACKEND "io_uring" CACHE STRING "Asio reactor: io_uring or epoll")
+set_property(CACHE HMC_ASIO_BACKEND PROPERTY STRINGS io_uring epoll)
+set(HMC_ENABLE_CUDA "AUTO" CACHE STRING "CUDA memory backend: AUTO, ON or OFF")
+set(HMC_ENABLE_HIP "AUTO" CACHE STRING "ROCm HIP memory backend: AUTO, ON or OFF")
+
+# Warnings apply to HMC's own targets only, through this interface library.
+add_library(hmc_warnings INTERFACE)
+target_compile_options(hmc_warnings INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wold-style-cast
+  -Wcast-align -Wunused -Woverloaded-virtual -Wformat=2
+  $<$<BOOL:${HMC_WERROR}>:-Werror>)
+
+if(HMC_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -1,0 +1,30 @@
+#include "hmc/error.hpp"
+
+namespace hmc {
+
+std::exception_ptr make_error(const boost::system::error_code& ec, const std::string& context) {
+  const Status s = status_of(ec);
+  const std::string what = context.empty() ? ec.message() : context + ": " + ec.message();
+  switch (s) {
+    case Status::SUCCESS: return nullptr;
+    case Status::TIMEOUT: return std::make_exception_ptr(TimeoutError(what));
+    case Status::NOT_FOUND: return std::make_exception_ptr(NotFoundError(what));
+    case Status::UNSUPPORT: return std::make_exception_ptr(UnsupportedError(what));
+    case Status::INVALID_CONFIG: return std::make_exception_ptr(InvalidConfigError(what));
+    case Status::INVALID_ARGUMENT: return std::make_exception_ptr(InvalidArgumentError(what));
+    case Status::OUT_OF_RANGE: return std::make_exception_ptr(OutOfRangeError(what));
+    case Status::NOT_CONNECTED: return std::make_exception_ptr(NotConnectedError(what));
+    case Status::PEER_LOST: return std::make_exception_ptr(PeerLostError(what));
+    case Status::PROTOCOL_ERROR: return std::make_exception_ptr(ProtocolError(what));
+    case Status::CANCELLED: return std::make_exception_ptr(CancelledError(what));
+    case Status::CLOSED: return std::make_exception_ptr(ClosedError(what));
+    case Status::ERROR: break;
+  }
+  return std::make_exception_ptr(Error(Status::ERROR, what));
+}
+
+void throw_if(const boost::system::error_code& ec, const std::string& context) {
+  if (ec) std::rethrow_exception(make_error(ec, context));
+}
+
+}  // namespace hmc

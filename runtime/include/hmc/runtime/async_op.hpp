@@ -1,0 +1,36 @@
+#pragma once
+// One way to expose an operation to every completion style: Asio's async_initiate with the token
+// last (use_awaitable, use_future, a callback, deferred), started on the loop thread and completed
+// through the handler's own executor after a post, never inside the code that found the result.
+#include <chrono>
+#include <utility>
+
+#include "hmc/runtime/asio.hpp"
+
+namespace hmc::runtime {
+
+using loop_executor = asio::io_context::executor_type;
+
+// No deadline: for waits whose caller handles time itself.
+inline constexpr std::chrono::nanoseconds kNoTimeout = std::chrono::nanoseconds::max();
+
+// Runs init(any_completion_handler<Signature>) on the loop thread (inline when already there).
+template <class Signature, class Token, class Init>
+auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
+  return asio::async_initiate<Token, Signature>(
+      [loop](auto handler, auto start) mutable {
+        asio::any_completion_handler<Signature> erased(std::move(handler));
+        asio::dispatch(loop, [erased = std::move(erased), start = std::move(start)]() mutable {
+          start(std::move(erased));
+        });
+      },
+      token, std::forward<Init>(init));
+}
+
+// Completes a handler later: queued on the loop, then run on the handler's associated executor.
+template <class Signature, class... Args>
+void complete_later(loop_executor loop, asio::any_completion_handler<Signature> handler, Args&&... args) {
+  asio::post(loop, asio::append(std::move(handler), std::forward<Args>(args)...));
+}
+
+}  // namespace hmc::runtime
