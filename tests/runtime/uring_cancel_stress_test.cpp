@@ -31,7 +31,7 @@ int rounds() {
 void on_loop(EventLoop& loop, std::function<void(std::function<void()>)> body) {
   std::promise<void> done;
   loop.submit([&] { body([&] { done.set_value(); }); });
-  ASSERT_EQ(done.get_future().wait_for(120s), std::future_status::ready) << "stress round hung";
+  ASSERT_EQ(done.get_future().wait_for(60s), std::future_status::ready) << "stress round hung: a completion was lost";
 }
 
 struct Counts {

@@ -1,0 +1,104 @@
+#pragma once
+// The control channel: rank-addressed, ordered, framed messages over TCP or Unix sockets, on the
+// event loop. Every operation is an Asio async operation (awaitable, future, callback) whose error
+// is a typed hmc::Error inside the std::exception_ptr; all members are safe from any thread.
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hmc/ctrl_message.hpp"
+#include "hmc/ctrl_options.hpp"
+#include "hmc/runtime/async_op.hpp"
+#include "hmc/runtime/event_loop.hpp"
+
+namespace hmc {
+
+namespace detail {
+class CtrlChannelImpl;
+}
+
+class CtrlChannel {
+ public:
+  using asio_handler = runtime::asio::any_completion_handler<void(std::exception_ptr)>;
+  using connect_handler = runtime::asio::any_completion_handler<void(std::exception_ptr, std::uint32_t)>;
+  using recv_handler = runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)>;
+
+  CtrlChannel(runtime::EventLoop& loop, std::uint32_t self_rank, CtrlOptions options = CtrlOptions::from_env());
+  ~CtrlChannel();  // close()
+  CtrlChannel(const CtrlChannel&) = delete;
+  CtrlChannel& operator=(const CtrlChannel&) = delete;
+
+  std::uint32_t rank() const noexcept;
+
+  // Accepts peers on bind_ip:port (0 picks a free port) and on the Unix socket for that port.
+  // Returns the bound TCP port. Throws NotConnectedError when the address cannot be bound.
+  std::uint16_t listen(const std::string& bind_ip, std::uint16_t port);
+  std::string uds_path() const;
+
+  // Connects to a peer's listener and exchanges HELLO; completes with the peer's rank.
+  template <class Token>
+  auto async_connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr, std::uint32_t)>(
+        executor(), std::forward<Token>(token),
+        [impl = impl_, host = std::move(host), port, timeout](connect_handler h) mutable {
+          start_connect(impl, std::move(host), port, timeout, std::move(h));
+        });
+  }
+
+  // Completes once `rank` is connected (at once if it already is).
+  template <class Token>
+  auto async_wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout, Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token),
+        [impl = impl_, rank, timeout](asio_handler h) mutable { start_wait_peer(impl, rank, timeout, std::move(h)); });
+  }
+
+  // Queues one message to `rank`; completes when the whole frame is handed to the kernel. Messages
+  // to one peer keep the order in which they reached the loop; frames never interleave.
+  template <class Token>
+  auto async_send(std::uint32_t rank, CtrlMessage message, Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token), [impl = impl_, rank, m = std::move(message)](asio_handler h) mutable {
+          start_send(impl, rank, std::move(m), std::move(h));
+        });
+  }
+
+  // The next message from `rank`, in order. Messages already received are delivered even after the
+  // peer is gone; then PeerLostError. TimeoutError after `timeout` (the message stays queued).
+  template <class Token>
+  auto async_recv(std::uint32_t rank, std::chrono::milliseconds timeout, Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr, CtrlMessage)>(
+        executor(), std::forward<Token>(token),
+        [impl = impl_, rank, timeout](recv_handler h) mutable { start_recv(impl, rank, timeout, std::move(h)); });
+  }
+
+  // Ranks with a live connection.
+  std::vector<std::uint32_t> peers() const;
+  // "tcp" or "uds" for a connected peer; NotConnectedError otherwise.
+  std::string transport_of(std::uint32_t rank) const;
+
+  // Closes the connection to one peer; its pending and later receives fail with PeerLostError.
+  void disconnect(std::uint32_t rank);
+  // Stops listening and closes every connection. Idempotent.
+  void close();
+
+ private:
+  runtime::loop_executor executor() const noexcept;
+
+  static void start_connect(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::string host,
+                            std::uint16_t port, std::chrono::milliseconds timeout, connect_handler h);
+  static void start_wait_peer(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
+                              std::chrono::milliseconds timeout, asio_handler h);
+  static void start_send(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank, CtrlMessage m,
+                         asio_handler h);
+  static void start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
+                         std::chrono::milliseconds timeout, recv_handler h);
+
+  runtime::EventLoop& loop_;
+  std::shared_ptr<detail::CtrlChannelImpl> impl_;
+};
+
+}  // namespace hmc
