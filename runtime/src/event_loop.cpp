@@ -14,7 +14,16 @@ EventLoop::EventLoop(EventLoopOptions options) : options_(options), work_(asio::
               to_string(options_.mode));
 }
 
-EventLoop::~EventLoop() { stop(); }
+EventLoop::~EventLoop() {
+  stop();
+  // Let the completions of operations cancelled by close/shutdown run before the context dies:
+  // Asio 1.26's io_uring backend destroys abandoned handlers after the services their I/O objects
+  // use, so a handler owning a socket or timer would touch a destroyed service (seen under ASan).
+  io_.restart();
+  loop_thread_id_.store(std::this_thread::get_id());
+  io_.run_for(std::chrono::milliseconds(200));
+  loop_thread_id_.store(std::thread::id{});
+}
 
 void EventLoop::start() {
   if (thread_.joinable()) return;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian bookworm packages HMC builds and tests with; quiet and quick when all are present.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config
+  libboost1.81-dev liburing-dev libucx-dev ucx-utils libibverbs-dev librdmacm-dev
+  libspdlog-dev libgtest-dev pybind11-dev python3-dev python3-numpy python3-pytest
+  iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "hmc: installing missing packages: ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+if ! $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/hmc-apt.log 2>&1; then
+  $sudo apt-get update -qq >>/tmp/hmc-apt.log 2>&1
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/hmc-apt.log 2>&1 ||
+    { echo "hmc: apt-get failed, see /tmp/hmc-apt.log" >&2; tail -20 /tmp/hmc-apt.log >&2; exit 1; }
+fi
