@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libboost1.81-dev liburing-dev libucx-dev ucx-utils libibverbs-dev librdmacm-dev
-  libspdlog-dev libgtest-dev pybind11-dev python3-dev python3-numpy python3-pytest
+  libspdlog-dev libgtest-dev pybind11-dev python3-dev python3-numpy python3-pytest libamdhip64-dev
   iproute2
 )
 
