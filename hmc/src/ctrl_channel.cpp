@@ -13,6 +13,7 @@
 #include "detail/ctrl_connection.hpp"
 #include "detail/local_address.hpp"
 #include "hmc/runtime/async_queue.hpp"
+#include "hmc/runtime/async_ready_set.hpp"
 #include "hmc/runtime/log.hpp"
 
 namespace hmc {
@@ -24,8 +25,6 @@ using uds = asio::local::stream_protocol;
 using namespace asio::experimental::awaitable_operators;
 
 namespace {
-
-struct Arrival {};
 
 std::vector<std::byte> rank_frame(FrameType type, std::uint32_t rank) {
   std::byte payload[4];
@@ -43,7 +42,7 @@ bool file_exists(const std::string& path) {
 class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
  public:
   CtrlChannelImpl(runtime::EventLoop& l, std::uint32_t rank, CtrlOptions o)
-      : loop(l), ex(l.executor()), self_rank(rank), opts(std::move(o)) {}
+      : loop(l), ex(l.executor()), self_rank(rank), opts(std::move(o)), connected(ex) {}
 
   struct Peer {
     explicit Peer(runtime::loop_executor e) : inbox(e) {}
@@ -86,20 +85,27 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     std::weak_ptr<Peer> weak_peer = slot;
     std::weak_ptr<CtrlChannelImpl> weak_self = weak_from_this();
     conn->start(
-        [weak_peer](CtrlMessage m) {
-          if (auto p = weak_peer.lock()) p->inbox.push(std::move(m));
+        [weak_peer, weak_self, rank](CtrlMessage m) {
+          auto p = weak_peer.lock();
+          if (!p) return;
+          if (m.kind() != CtrlKind::transport) {
+            p->inbox.push(std::move(m));
+          } else if (auto self = weak_self.lock(); self && self->handlers.on_transport) {
+            self->handlers.on_transport(rank, std::move(m));
+          }
         },
-        [weak_peer, conn_raw = conn.get(), rank](error_code, const std::string& why) {
+        [weak_peer, weak_self, conn_raw = conn.get(), rank](error_code, const std::string& why) {
           auto p = weak_peer.lock();
           if (!p || p->conn.get() != conn_raw) return;
           log().info("ctrl peer rank {} lost: {}", rank, why);
           p->conn.reset();
           p->inbox.close(make_error_code(Status::PEER_LOST));
+          if (auto self = weak_self.lock()) self->connected.reset(rank);
+          if (auto self = weak_self.lock(); self && self->handlers.on_peer) self->handlers.on_peer(rank, false);
         });
     log().info("ctrl peer rank {} connected over {} ({})", rank, conn->transport(), conn->remote());
-    // Wake every async_wait_peer for this rank: push hands one arrival to each current waiter.
-    if (auto it = arrivals.find(rank); it != arrivals.end())
-      while (it->second->waiters() > 0) it->second->push(Arrival{});
+    if (handlers.on_peer) handlers.on_peer(rank, true);
+    connected.set(rank);
   }
 
   template <class Acceptor>
@@ -274,15 +280,16 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     handshaking.clear();
     for (auto& [rank, peer] : peers)
       if (peer->conn) peer->conn->close(make_error_code(Status::CLOSED), "channel closed");
-    for (auto& [rank, q] : arrivals) q->close(make_error_code(Status::CLOSED));
+    connected.close(make_error_code(Status::CLOSED));
   }
 
   runtime::EventLoop& loop;
   runtime::loop_executor ex;
+  CtrlHandlers handlers;
   const std::uint32_t self_rank;
   const CtrlOptions opts;
   std::map<std::uint32_t, std::shared_ptr<Peer>> peers;
-  std::map<std::uint32_t, std::unique_ptr<runtime::AsyncQueue<Arrival>>> arrivals;
+  runtime::AsyncReadySet<std::uint32_t> connected;  // ranks with a live connection, for async_wait_peer
   std::set<std::shared_ptr<CtrlConnection>> handshaking;
   std::optional<tcp::acceptor> tcp_acceptor;
   std::optional<uds::acceptor> uds_acceptor;
@@ -314,6 +321,10 @@ CtrlChannel::CtrlChannel(runtime::EventLoop& loop, std::uint32_t self_rank, Ctrl
 CtrlChannel::~CtrlChannel() { close(); }
 
 std::uint32_t CtrlChannel::rank() const noexcept { return impl_->self_rank; }
+
+void CtrlChannel::set_handlers(CtrlHandlers handlers) {
+  on_loop_sync(loop_, [&] { impl_->handlers = std::move(handlers); });
+}
 
 runtime::loop_executor CtrlChannel::executor() const noexcept { return impl_->ex; }
 
@@ -407,14 +418,12 @@ void CtrlChannel::start_wait_peer(const std::shared_ptr<detail::CtrlChannelImpl>
                                   std::chrono::milliseconds timeout, asio_handler h) {
   const std::string what = "waiting for ctrl peer rank " + std::to_string(rank);
   if (impl->closed) return impl->complete(std::move(h), make_error_code(Status::CLOSED), what);
-  if (impl->alive(rank)) return impl->complete(std::move(h), runtime::error_code{}, what);
-  auto& q = impl->arrivals[rank];
-  if (!q) q = std::make_unique<runtime::AsyncQueue<detail::Arrival>>(impl->ex);
   auto slot = runtime::asio::get_associated_cancellation_slot(h);
-  q->async_pop(timeout, runtime::asio::bind_cancellation_slot(
-                            slot, [impl, what, h = std::move(h)](runtime::error_code ec, detail::Arrival) mutable {
-                              impl->complete(std::move(h), ec, what);
-                            }));
+  impl->connected.async_wait(rank, timeout,
+                             runtime::asio::bind_cancellation_slot(
+                                 slot, [impl, what, h = std::move(h)](runtime::error_code ec) mutable {
+                                   impl->complete(std::move(h), ec, what);
+                                 }));
 }
 
 void CtrlChannel::start_send(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank, CtrlMessage m,
@@ -428,7 +437,7 @@ void CtrlChannel::start_send(const std::shared_ptr<detail::CtrlChannelImpl>& imp
   auto it = impl->peers.find(rank);
   if (it == impl->peers.end()) return impl->complete(std::move(h), make_error_code(Status::NOT_CONNECTED), what);
   if (!impl->alive(rank)) return impl->complete(std::move(h), make_error_code(Status::PEER_LOST), what);
-  const auto type = m.kind() == CtrlKind::tag ? detail::FrameType::tag : detail::FrameType::bytes;
+  const auto type = static_cast<detail::FrameType>(m.kind());  // CtrlKind values are the frame types
   it->second->conn->send(detail::encode_frame(type, m.bytes().data(), m.bytes().size()),
                          [impl, what, h = std::move(h)](runtime::error_code ec) mutable {
                            impl->complete(std::move(h), ec, what);

@@ -19,6 +19,12 @@ CtrlMessage CtrlMessage::from_bytes(std::span<const std::byte> bytes) {
   return m;
 }
 
+CtrlMessage CtrlMessage::from_transport(std::span<const std::byte> bytes) {
+  CtrlMessage m = from_bytes(bytes);
+  m.kind_ = CtrlKind::transport;
+  return m;
+}
+
 CtrlMessage CtrlMessage::from_wire(CtrlKind kind, std::vector<std::byte> payload) {
   CtrlMessage m;
   m.kind_ = kind;

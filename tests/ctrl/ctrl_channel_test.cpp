@@ -269,6 +269,26 @@ TEST_P(CtrlChannelTest, OversizedMessageIsRejectedBeforeSending) {
   expect_server_healthy(2);
 }
 
+TEST_P(CtrlChannelTest, TransportMessagesGoToTheHandlerAndPeerEventsAreReported) {
+  std::promise<std::pair<std::uint32_t, std::string>> bootstrap;
+  std::promise<std::uint32_t> up, down;
+  server->set_handlers(CtrlHandlers{
+      [&](std::uint32_t rank, bool is_up) { (is_up ? up : down).set_value(rank); },
+      [&](std::uint32_t rank, CtrlMessage m) {
+        bootstrap.set_value({rank, std::string(reinterpret_cast<const char*>(m.bytes().data()), m.bytes().size())});
+      }});
+  CtrlChannel& c = client(4);
+  EXPECT_EQ(up.get_future().get(), 4u);
+  const std::string info = "worker address";
+  c.async_send(0, CtrlMessage::from_transport(std::as_bytes(std::span(info.data(), info.size()))), asio::use_future)
+      .get();
+  c.async_send(0, CtrlMessage::from_tag(11), asio::use_future).get();
+  EXPECT_EQ(bootstrap.get_future().get(), std::make_pair(4u, info));
+  EXPECT_EQ(server->async_recv(4, 5s, asio::use_future).get().tag(), 11u) << "the transport message is not a user message";
+  c.close();
+  EXPECT_EQ(down.get_future().get(), 4u);
+}
+
 // Malformed input: each case closes only that connection, logs an error, and the server serves on.
 struct Malformed {
   const char* name;
@@ -326,7 +346,7 @@ TEST_P(CtrlChannelTest, SilentConnectionIsDroppedAfterTheHelloTimeout) {
   RawSocket s = raw();
   ASSERT_TRUE(s.connected());
   std::vector<std::byte> got;
-  EXPECT_TRUE(s.read_until_closed(got));
+  EXPECT_TRUE(s.read_until_closed(got)) << "errno " << s.last_errno;
   EXPECT_TRUE(logs.has_error_containing("no HELLO within"));
   expect_server_healthy(2);
 }

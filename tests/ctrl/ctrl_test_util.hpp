@@ -49,6 +49,7 @@ class RawSocket {
     if (fd_ >= 0) ::close(fd_);
   }
   bool connected() const { return connected_; }
+  int last_errno = 0;
   bool send(const void* data, std::size_t n) { return ::send(fd_, data, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n); }
   bool send(const std::vector<std::byte>& v) { return send(v.data(), v.size()); }
   void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
@@ -60,7 +61,11 @@ class RawSocket {
     for (;;) {
       const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
       if (n == 0) return true;
-      if (n < 0) return errno == ECONNRESET;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        last_errno = errno;
+        return errno == ECONNRESET;
+      }
       got.insert(got.end(), buf, buf + n);
     }
   }

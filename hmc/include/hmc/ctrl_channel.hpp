@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,12 @@ namespace detail {
 class CtrlChannelImpl;
 }
 
+// Callbacks for the layer above (the Session), run on the loop thread.
+struct CtrlHandlers {
+  std::function<void(std::uint32_t rank, bool up)> on_peer;             // connected / lost
+  std::function<void(std::uint32_t rank, CtrlMessage)> on_transport;    // CtrlKind::transport messages
+};
+
 class CtrlChannel {
  public:
   using asio_handler = runtime::asio::any_completion_handler<void(std::exception_ptr)>;
@@ -32,6 +39,9 @@ class CtrlChannel {
   CtrlChannel& operator=(const CtrlChannel&) = delete;
 
   std::uint32_t rank() const noexcept;
+
+  // Installs the handlers; call before listen() and async_connect().
+  void set_handlers(CtrlHandlers handlers);
 
   // Accepts peers on bind_ip:port (0 picks a free port) and on the Unix socket for that port.
   // Returns the bound TCP port. Throws NotConnectedError when the address cannot be bound.

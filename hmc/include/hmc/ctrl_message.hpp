@@ -11,7 +11,8 @@
 
 namespace hmc {
 
-enum class CtrlKind : std::uint8_t { tag = 3, bytes = 4 };
+// transport: HMC's own bootstrap messages for the data plane, handed to CtrlHandlers::on_transport.
+enum class CtrlKind : std::uint8_t { tag = 3, bytes = 4, transport = 6 };
 
 class CtrlMessage {
  public:
@@ -19,6 +20,7 @@ class CtrlMessage {
 
   static CtrlMessage from_tag(std::uint64_t tag);
   static CtrlMessage from_bytes(std::span<const std::byte> bytes);
+  static CtrlMessage from_transport(std::span<const std::byte> bytes);
   template <class T>
   static CtrlMessage from_struct(const T& value) {
     static_assert(std::is_trivially_copyable_v<T>, "control structs must be trivially copyable");

@@ -62,7 +62,7 @@ asio::awaitable<void> CtrlConnection::read_loop() {
       close(make_error_code(Status::PEER_LOST), ec.message());
       co_return;
     }
-    if (f.header.type == FrameType::tag || f.header.type == FrameType::bytes) {
+    if (f.header.type == FrameType::tag || f.header.type == FrameType::bytes || f.header.type == FrameType::transport) {
       if (on_message_) on_message_(CtrlMessage::from_wire(static_cast<CtrlKind>(f.header.type), std::move(f.payload)));
       continue;
     }

@@ -25,7 +25,7 @@ std::string decode_header(const HeaderBytes& b, std::uint32_t max_length, FrameH
   out.length = load_le32(b.data() + 8);
   if (out.magic != kFrameMagic) return "bad magic " + std::to_string(out.magic);
   if (out.version != kFrameVersion) return "unknown protocol version " + std::to_string(out.version);
-  if (type < static_cast<std::uint8_t>(FrameType::hello) || type > static_cast<std::uint8_t>(FrameType::hello_reject))
+  if (type < static_cast<std::uint8_t>(FrameType::hello) || type > static_cast<std::uint8_t>(FrameType::transport))
     return "unknown frame type " + std::to_string(type);
   out.type = static_cast<FrameType>(type);
   if (out.length > max_length)

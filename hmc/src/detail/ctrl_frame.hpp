@@ -19,6 +19,7 @@ enum class FrameType : std::uint8_t {
   tag = 3,           // u64 tag
   bytes = 4,         // raw payload
   hello_reject = 5,  // server -> client: UTF-8 reason, then close
+  transport = 6,     // HMC's own data-plane bootstrap (UCX addresses, rkeys), never seen by ctrl_recv
 };
 
 struct FrameHeader {
