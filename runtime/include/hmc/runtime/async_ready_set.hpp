@@ -22,6 +22,15 @@ class AsyncReadySet {
     while (it->second->waiters() > 0) it->second->push(Ready{});
   }
   void reset(const Key& key) { ready_.erase(key); }
+
+  // The key will not become ready for its current waiters: they fail with `why` now.
+  void fail(const Key& key, error_code why) {
+    ready_.erase(key);
+    auto it = waiting_.find(key);
+    if (it == waiting_.end()) return;
+    it->second->close(why);
+    waiting_.erase(it);  // close completed every waiter; later waits start a fresh queue
+  }
   bool is_ready(const Key& key) const { return ready_.count(key) != 0; }
 
   // Every pending and later wait fails with `why`.

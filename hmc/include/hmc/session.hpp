@@ -1,0 +1,173 @@
+#pragma once
+// A Session: one registered buffer, a control channel and the UCX data plane, on its own event
+// loop thread. Peers are ranks; once connected either side can put to and get from the other.
+// Every async_* operation takes an Asio completion token (use_awaitable, use_future, a callback)
+// and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All
+// members are safe from any thread; blocking ones throw InvalidArgumentError on the loop thread.
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hmc/conn_buffer.hpp"
+#include "hmc/ctrl_message.hpp"
+#include "hmc/ctrl_options.hpp"
+#include "hmc/memory_type.hpp"
+#include "hmc/runtime/async_op.hpp"
+#include "hmc/runtime/event_loop.hpp"
+#include "hmc/runtime/progress_mode.hpp"
+#include "hmc/segment.hpp"
+
+namespace hmc {
+
+namespace detail {
+class SessionImpl;
+}
+
+enum class ConnType { RDMA = 0, UCX = 1 };
+
+struct SessionOptions {
+  std::size_t buffer_size = std::size_t{128} << 20;
+  MemoryType mem_type = MemoryType::CPU;
+  int device_id = 0;
+  std::string local_ip = "127.0.0.1";  // the address peers know this session by
+  runtime::ProgressMode progress_mode = runtime::ProgressMode::event;
+  std::string ucx_tls;                            // e.g. "tcp" or "shm"; empty: UCX_TLS / UCX default
+  std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
+  std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
+  std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
+  CtrlOptions ctrl = CtrlOptions::from_env();
+};
+
+class Session {
+ public:
+  using handler = runtime::asio::any_completion_handler<void(std::exception_ptr)>;
+
+  explicit Session(SessionOptions options = {});
+  ~Session();  // close()
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  ConnBuffer& buffer() noexcept;
+  const SessionOptions& options() const noexcept;
+
+  // Server role (reference names): control listener on ctrl_tcp_port (0: any free port) and its
+  // Unix socket in ctrl_uds_dir. ucx_port is how clients address this session in (ip, port) terms;
+  // the UCX endpoints themselves are set up through the control channel. rdma_port must be 0: this
+  // build has no verbs transport (UnsupportedError).
+  void init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
+                   std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir = {});
+  std::uint16_t ctrl_port() const;  // the bound control port
+
+  // Client role: control connection + UCX endpoint both ways; returns the peer's rank (= peer_id).
+  std::uint32_t connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
+                        std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn = ConnType::UCX);
+
+  // Waits until `rank` can be the target of put/get (a client connected to this server).
+  void wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout);
+  std::vector<std::uint32_t> peers() const;
+  // The one place the reference's (ip, data_port) addressing maps onto ranks; NotFoundError.
+  std::uint32_t rank_of(const std::string& ip, std::uint16_t data_port) const;
+  // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp").
+  std::string transports(std::uint32_t rank) const;
+
+  // Completes when the bytes are visible in the peer's buffer.
+  template <class Token>
+  auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
+    return start_rma<Token>(true, false, peer, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
+  }
+  // Completes when the bytes are in this session's buffer.
+  template <class Token>
+  auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
+    return start_rma<Token>(false, false, peer, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
+  }
+  // Many segments, one completion (one endpoint flush for puts).
+  template <class Token>
+  auto async_put_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
+    return start_rma<Token>(true, false, peer, std::move(segments), 0, 0, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_get_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
+    return start_rma<Token>(false, false, peer, std::move(segments), 0, 0, std::forward<Token>(token));
+  }
+  // One range in `chunk`-byte pieces with at most `max_inflight` in flight (a sliding window).
+  template <class Token>
+  auto async_put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                          std::size_t chunk, std::size_t max_inflight, Token&& token) {
+    return start_rma<Token>(true, true, peer, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
+                            std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                          std::size_t chunk, std::size_t max_inflight, Token&& token) {
+    return start_rma<Token>(false, true, peer, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
+                            std::forward<Token>(token));
+  }
+
+  // Futures (reference names) and waits with a timeout; TimeoutError leaves the operation running.
+  std::future<void> put_nb(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size);
+  std::future<void> get_nb(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size);
+  static void wait(std::future<void>& op, std::chrono::milliseconds timeout);
+  static void wait(std::span<std::future<void>> ops, std::chrono::milliseconds timeout);
+
+  // Blocking variants, each bounded by options().timeout.
+  void put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size);
+  void get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size);
+  void put_batch(std::uint32_t peer, std::vector<Segment> segments);
+  void get_batch(std::uint32_t peer, std::vector<Segment> segments);
+  void put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                    std::size_t chunk, std::size_t max_inflight);
+  void get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                    std::size_t chunk, std::size_t max_inflight);
+
+  // Control messages, ordered per peer. A tag sent after a completed put never shows old data.
+  template <class Token>
+  auto async_ctrl_send(std::uint32_t peer, CtrlMessage message, Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token),
+        [impl = impl_, peer, m = std::move(message)](handler h) mutable { start_ctrl_send(impl, peer, std::move(m), std::move(h)); });
+  }
+  template <class Token>
+  auto async_ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout, Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr, CtrlMessage)>(
+        executor(), std::forward<Token>(token),
+        [impl = impl_, peer, timeout](runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h) mutable {
+          start_ctrl_recv(impl, peer, timeout, std::move(h));
+        });
+  }
+  void ctrl_send(std::uint32_t peer, std::uint64_t tag);
+  std::uint64_t ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout);
+
+  // Drops one peer (its operations fail with PeerLostError); close() drops all and stops the loop.
+  void disconnect(std::uint32_t peer);
+  void close();
+
+ private:
+  template <class Token>
+  auto start_rma(bool is_put, bool pipeline, std::uint32_t peer, std::vector<Segment> segments, std::size_t chunk,
+                 std::size_t window, Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token),
+        [impl = impl_, is_put, pipeline, peer, segs = std::move(segments), chunk, window](handler h) mutable {
+          start_rma_on_loop(impl, is_put, pipeline, peer, std::move(segs), chunk, window, std::move(h));
+        });
+  }
+  runtime::loop_executor executor() const noexcept;
+  static void start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
+                                std::uint32_t peer,
+                                std::vector<Segment> segments, std::size_t chunk, std::size_t window, handler h);
+  static void start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
+                              handler h);
+  static void start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
+                              std::chrono::milliseconds timeout,
+                              runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h);
+
+  std::unique_ptr<runtime::EventLoop> loop_;  // declared first: destroyed after everything it runs
+  std::shared_ptr<detail::SessionImpl> impl_;
+};
+
+}  // namespace hmc

@@ -1,0 +1,404 @@
+#include "hmc/session.hpp"
+
+#include <map>
+#include <optional>
+
+#include "hmc/ctrl_channel.hpp"
+#include "hmc/error.hpp"
+#include "hmc/memory.hpp"
+#include "hmc/runtime/async_ready_set.hpp"
+#include "hmc/runtime/log.hpp"
+#include "ucx/ucx_transport.hpp"
+
+namespace hmc {
+namespace detail {
+
+using runtime::log;
+
+// Everything a Session owns that lives on the loop thread.
+class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
+ public:
+  SessionImpl(runtime::EventLoop& l, SessionOptions o)
+      : loop(l),
+        opts(std::move(o)),
+        buffer(std::make_unique<ConnBuffer>(std::shared_ptr<Memory>(Memory::create(opts.mem_type, opts.device_id)),
+                                            opts.buffer_size)),
+        ready(l.executor()) {}
+
+  void start_on_loop() {
+    ucx = std::make_unique<UcxTransport>(loop, *buffer, UcxOptions{opts.ucx_tls, opts.ucx_net_devices, opts.timeout, opts.max_inflight});
+    ucx->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
+      if (auto self = weak.lock()) self->peer_down(rank);
+    };
+    ucx->attach();
+  }
+
+  // The control channel exists once this session knows its own rank (init_server or connect).
+  void ensure_ctrl(std::uint32_t self_id, const std::string& uds_dir) {
+    if (ctrl) {
+      if (ctrl->rank() != self_id)
+        throw InvalidArgumentError("self_id " + std::to_string(self_id) + " differs from this session's rank " +
+                                   std::to_string(ctrl->rank()));
+      return;
+    }
+    CtrlOptions co = opts.ctrl;
+    if (!uds_dir.empty()) co.uds_dir = uds_dir;
+    ctrl = std::make_unique<CtrlChannel>(loop, self_id, co);
+    std::weak_ptr<SessionImpl> weak = weak_from_this();
+    ctrl->set_handlers(CtrlHandlers{
+        [weak](std::uint32_t rank, bool up) {
+          if (auto self = weak.lock()) up ? self->peer_up(rank) : self->peer_down(rank);
+        },
+        [weak](std::uint32_t rank, CtrlMessage m) {
+          if (auto self = weak.lock()) self->peer_info(rank, m);
+        }});
+  }
+
+  // A control connection came up: send our UCX address, rkey and buffer to the peer.
+  void peer_up(std::uint32_t rank) {
+    if (closed || !ucx) return;
+    const auto info = ucx->local_info(ctrl->rank(), advertised_ip, data_port).encode();
+    ctrl->async_send(rank, CtrlMessage::from_transport(info), [rank](std::exception_ptr e) {
+      if (e) log().warn("could not send UCX peer info to rank {}", rank);
+    });
+  }
+
+  // The peer's UCX info arrived (before any later control message of theirs): create the endpoint.
+  void peer_info(std::uint32_t rank, const CtrlMessage& m) {
+    if (closed || !ucx) return;
+    UcxPeerInfo info;
+    std::string why = UcxPeerInfo::decode(m.bytes(), info);
+    if (why.empty() && info.rank != rank) why = "peer info names rank " + std::to_string(info.rank);
+    if (why.empty() && !ucx->add_peer(info, why)) why = "UCX endpoint: " + why;
+    if (!why.empty()) {
+      log().error("data connection to rank {} failed: {}; dropping the peer", rank, why);
+      ctrl->disconnect(rank);
+      return;
+    }
+    by_address[{info.address_ip, info.data_port}] = rank;
+    ready.set(rank);
+  }
+
+  void peer_down(std::uint32_t rank) {
+    ready.fail(rank, make_error_code(Status::PEER_LOST));
+    if (ucx) ucx->remove_peer(rank, make_error_code(Status::PEER_LOST));
+    if (ctrl) ctrl->disconnect(rank);
+  }
+
+  // Checks an operation before anything is sent; the exception says what to fix.
+  std::exception_ptr validate(bool is_put, std::uint32_t rank, const std::vector<Segment>& segs, std::size_t chunk,
+                              std::size_t window, bool pipeline) const {
+    const char* op = is_put ? "put" : "get";
+    auto fail = [&](auto error) { return std::make_exception_ptr(error); };
+    if (closed) return fail(ClosedError(std::string(op) + " on a closed session"));
+    const UcxPeerInfo* peer = ucx ? ucx->peer(rank) : nullptr;
+    if (peer == nullptr || !ready.is_ready(rank))
+      return fail(NotConnectedError(std::string(op) + ": no data connection to rank " + std::to_string(rank) +
+                                    " (connect() to it, or wait_peer() for a client)"));
+    if (segs.empty()) return fail(InvalidArgumentError(std::string(op) + ": empty segment list"));
+    if (pipeline && (chunk == 0 || window == 0))
+      return fail(InvalidArgumentError(std::string(op) + " pipeline: chunk and max_inflight must be > 0"));
+    for (const Segment& s : segs) {
+      if (s.size == 0) return fail(InvalidArgumentError(std::string(op) + ": size must be > 0"));
+      try {
+        buffer->check_range(s.local_offset, s.size);
+      } catch (const OutOfRangeError& e) {
+        return fail(OutOfRangeError(std::string(op) + " (local buffer): " + e.what()));
+      }
+      if (s.remote_offset > peer->buffer_size || s.size > peer->buffer_size - s.remote_offset)
+        return fail(OutOfRangeError(std::string(op) + ": remote range [" + std::to_string(s.remote_offset) + ", +" +
+                                    std::to_string(s.size) + ") is outside rank " + std::to_string(rank) +
+                                    "'s buffer of " + std::to_string(peer->buffer_size) + " bytes"));
+    }
+    return nullptr;
+  }
+
+  void close_on_loop() {
+    if (closed) return;
+    closed = true;
+    ready.close(make_error_code(Status::CLOSED));
+    if (ctrl) ctrl->close();
+    ucx.reset();  // fails what is in flight with ClosedError and closes every endpoint
+  }
+
+  runtime::EventLoop& loop;
+  SessionOptions opts;
+  std::unique_ptr<ConnBuffer> buffer;
+  std::unique_ptr<CtrlChannel> ctrl;
+  std::unique_ptr<UcxTransport> ucx;
+  runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable UCX endpoint
+  std::map<std::pair<std::string, std::uint16_t>, std::uint32_t> by_address;
+  std::string advertised_ip;
+  std::uint16_t data_port = 0;
+  std::uint16_t ctrl_port = 0;
+  bool closed = false;
+};
+
+}  // namespace detail
+
+namespace {
+
+// Runs f on the loop thread and waits for it (inline when already there or when the loop is stopped).
+template <class F>
+auto on_loop(runtime::EventLoop& loop, F f) -> decltype(f()) {
+  if (loop.in_loop_thread() || loop.context().stopped()) return f();
+  std::packaged_task<decltype(f())()> task(std::move(f));
+  auto result = task.get_future();
+  runtime::asio::post(loop.executor(), [&task] { task(); });
+  result.wait();
+  return result.get();
+}
+
+void forbid_loop_thread(const runtime::EventLoop& loop, const char* what) {
+  if (loop.in_loop_thread())
+    throw InvalidArgumentError(std::string(what) + " blocks: call it off the HMC loop thread (or co_await async_*)");
+}
+
+template <class T>
+T wait_for(std::future<T> f, std::chrono::milliseconds timeout, const std::string& what) {
+  if (f.wait_for(timeout) != std::future_status::ready)
+    throw TimeoutError(what + " not complete after " + std::to_string(timeout.count()) + " ms");
+  return f.get();
+}
+
+// The session's own deadline covers the operation; the wait allows a little more so that the
+// operation's own TimeoutError (with its context) is what the caller sees.
+std::chrono::milliseconds wait_budget(const SessionOptions& o) { return o.timeout + std::chrono::seconds(1); }
+
+}  // namespace
+
+Session::Session(SessionOptions options) {
+  runtime::EventLoopOptions lo;
+  lo.mode = options.progress_mode;
+  loop_ = std::make_unique<runtime::EventLoop>(lo);
+  loop_->start();
+  impl_ = std::make_shared<detail::SessionImpl>(*loop_, std::move(options));
+  on_loop(*loop_, [&] { impl_->start_on_loop(); });
+}
+
+Session::~Session() {
+  close();
+  loop_->stop();
+}
+
+ConnBuffer& Session::buffer() noexcept { return *impl_->buffer; }
+const SessionOptions& Session::options() const noexcept { return impl_->opts; }
+runtime::loop_executor Session::executor() const noexcept { return loop_->executor(); }
+
+void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
+                          std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir) {
+  if (rdma_port != 0)
+    throw UnsupportedError("rdma_port " + std::to_string(rdma_port) +
+                           ": the RDMA verbs transport is unsupported in this build; pass 0 and use UCX");
+  on_loop(*loop_, [&] {
+    if (impl_->closed) throw ClosedError("init_server on a closed session");
+    impl_->ensure_ctrl(self_id, ctrl_uds_dir);
+    impl_->advertised_ip = bind_ip == "0.0.0.0" ? impl_->opts.local_ip : bind_ip;
+    impl_->data_port = ucx_port;
+  });
+  const std::uint16_t bound = impl_->ctrl->listen(bind_ip, ctrl_tcp_port);
+  on_loop(*loop_, [&] { impl_->ctrl_port = bound; });
+}
+
+std::uint16_t Session::ctrl_port() const {
+  return on_loop(*loop_, [&]() -> std::uint16_t {
+    if (impl_->ctrl_port == 0) throw NotConnectedError("ctrl_port: init_server() was not called");
+    return impl_->ctrl_port;
+  });
+}
+
+std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
+                               std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn) {
+  if (conn == ConnType::RDMA)
+    throw UnsupportedError("ConnType::RDMA: the verbs transport is unsupported in this build; use ConnType::UCX");
+  forbid_loop_thread(*loop_, "connect");
+  on_loop(*loop_, [&] {
+    if (impl_->closed) throw ClosedError("connect on a closed session");
+    impl_->ensure_ctrl(self_id, {});
+    if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
+  });
+  const auto& o = impl_->opts;
+  const std::uint32_t rank = wait_for(
+      impl_->ctrl->async_connect(peer_ip, ctrl_tcp_port, o.timeout, runtime::asio::use_future), wait_budget(o),
+      "connect to " + peer_ip + ":" + std::to_string(ctrl_tcp_port));
+  if (rank != peer_id) {
+    impl_->ctrl->disconnect(rank);
+    throw InvalidArgumentError("the session at " + peer_ip + ":" + std::to_string(ctrl_tcp_port) + " is rank " +
+                               std::to_string(rank) + ", not peer_id " + std::to_string(peer_id));
+  }
+  wait_peer(rank, o.timeout);
+  on_loop(*loop_, [&] { impl_->by_address[{peer_ip, data_port}] = rank; });
+  return rank;
+}
+
+void Session::wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout) {
+  forbid_loop_thread(*loop_, "wait_peer");
+  auto f = runtime::async_on_loop<void(std::exception_ptr)>(
+      executor(), runtime::asio::use_future, [impl = impl_, rank, timeout](handler h) mutable {
+        impl->ready.async_wait(rank, timeout, [impl, rank, h = std::move(h)](runtime::error_code ec) mutable {
+          runtime::complete_later(impl->loop.executor(), std::move(h),
+                                  ec ? make_error(ec, "waiting for a data connection to rank " + std::to_string(rank))
+                                     : nullptr);
+        });
+      });
+  wait_for(std::move(f), timeout + std::chrono::seconds(1), "wait_peer");
+}
+
+std::vector<std::uint32_t> Session::peers() const {
+  return on_loop(*loop_, [&] { return impl_->ucx ? impl_->ucx->ranks() : std::vector<std::uint32_t>{}; });
+}
+
+std::uint32_t Session::rank_of(const std::string& ip, std::uint16_t data_port) const {
+  return on_loop(*loop_, [&] {
+    auto it = impl_->by_address.find({ip, data_port});
+    if (it == impl_->by_address.end())
+      throw NotFoundError("no peer known as " + ip + ":" + std::to_string(data_port));
+    return it->second;
+  });
+}
+
+std::string Session::transports(std::uint32_t rank) const {
+  return on_loop(*loop_, [&] {
+    if (!impl_->ucx || impl_->ucx->peer(rank) == nullptr)
+      throw NotConnectedError("no data connection to rank " + std::to_string(rank));
+    return impl_->ucx->transports_in_use(rank);
+  });
+}
+
+void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
+                                std::uint32_t peer, std::vector<Segment> segments, std::size_t chunk,
+                                std::size_t window, handler h) {
+  const auto ex = impl->loop.executor();
+  if (auto error = impl->validate(is_put, peer, segments, chunk, window, pipeline))
+    return runtime::complete_later(ex, std::move(h), error);
+  // The error text is built only on failure: nothing is allocated for it on the hot path.
+  auto done = [ex, h = std::move(h), is_put, peer](runtime::error_code ec) mutable {
+    std::exception_ptr e;
+    if (ec) e = make_error(ec, std::string(is_put ? "put to rank " : "get from rank ") + std::to_string(peer));
+    const auto target = runtime::asio::get_associated_executor(h, ex);
+    runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
+  };
+  auto& ucx = *impl->ucx;
+  if (pipeline) {
+    const Segment whole = segments.front();
+    is_put ? ucx.put_pipeline(peer, whole, chunk, window, std::move(done))
+           : ucx.get_pipeline(peer, whole, chunk, window, std::move(done));
+  } else {
+    is_put ? ucx.put(peer, std::move(segments), std::move(done)) : ucx.get(peer, std::move(segments), std::move(done));
+  }
+}
+
+std::future<void> Session::put_nb(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
+  return async_put(peer, local_off, remote_off, size, runtime::asio::use_future);
+}
+
+std::future<void> Session::get_nb(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
+  return async_get(peer, local_off, remote_off, size, runtime::asio::use_future);
+}
+
+void Session::wait(std::future<void>& op, std::chrono::milliseconds timeout) {
+  if (!op.valid()) throw InvalidArgumentError("wait: the future was already waited for");
+  if (op.wait_for(timeout) != std::future_status::ready)
+    throw TimeoutError("operation not complete after " + std::to_string(timeout.count()) + " ms");
+  op.get();
+}
+
+void Session::wait(std::span<std::future<void>> ops, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::size_t pending = 0;
+  for (auto& op : ops) {
+    if (!op.valid()) throw InvalidArgumentError("wait: a future in the list was already waited for");
+    if (op.wait_until(deadline) != std::future_status::ready) ++pending;
+  }
+  if (pending != 0)
+    throw TimeoutError(std::to_string(pending) + " of " + std::to_string(ops.size()) +
+                       " operations not complete after " + std::to_string(timeout.count()) + " ms");
+  std::exception_ptr first;
+  for (auto& op : ops) {
+    try {
+      op.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void Session::put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
+  forbid_loop_thread(*loop_, "put");
+  wait_for(put_nb(peer, local_off, remote_off, size), wait_budget(options()), "put");
+}
+
+void Session::get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
+  forbid_loop_thread(*loop_, "get");
+  wait_for(get_nb(peer, local_off, remote_off, size), wait_budget(options()), "get");
+}
+
+void Session::put_batch(std::uint32_t peer, std::vector<Segment> segments) {
+  forbid_loop_thread(*loop_, "put_batch");
+  wait_for(async_put_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()), "put_batch");
+}
+
+void Session::get_batch(std::uint32_t peer, std::vector<Segment> segments) {
+  forbid_loop_thread(*loop_, "get_batch");
+  wait_for(async_get_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()), "get_batch");
+}
+
+void Session::put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                           std::size_t chunk, std::size_t max_inflight) {
+  forbid_loop_thread(*loop_, "put_pipeline");
+  wait_for(async_put_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
+           wait_budget(options()), "put_pipeline");
+}
+
+void Session::get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                           std::size_t chunk, std::size_t max_inflight) {
+  forbid_loop_thread(*loop_, "get_pipeline");
+  wait_for(async_get_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
+           wait_budget(options()), "get_pipeline");
+}
+
+void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
+                              handler h) {
+  if (!impl->ctrl || impl->closed)
+    return runtime::complete_later(
+        impl->loop.executor(), std::move(h),
+        impl->closed ? std::make_exception_ptr(ClosedError("ctrl_send on a closed session"))
+                     : std::make_exception_ptr(NotConnectedError("ctrl_send: init_server() or connect() first")));
+  impl->ctrl->async_send(peer, std::move(m), std::move(h));
+}
+
+void Session::start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
+                              std::chrono::milliseconds timeout,
+                              runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h) {
+  if (!impl->ctrl || impl->closed)
+    return runtime::complete_later(
+        impl->loop.executor(), std::move(h),
+        impl->closed ? std::make_exception_ptr(ClosedError("ctrl_recv on a closed session"))
+                     : std::make_exception_ptr(NotConnectedError("ctrl_recv: init_server() or connect() first")),
+        CtrlMessage{});
+  impl->ctrl->async_recv(peer, timeout, std::move(h));
+}
+
+void Session::ctrl_send(std::uint32_t peer, std::uint64_t tag) {
+  forbid_loop_thread(*loop_, "ctrl_send");
+  wait_for(async_ctrl_send(peer, CtrlMessage::from_tag(tag), runtime::asio::use_future), wait_budget(options()),
+           "ctrl_send");
+}
+
+std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout) {
+  forbid_loop_thread(*loop_, "ctrl_recv");
+  return wait_for(async_ctrl_recv(peer, timeout, runtime::asio::use_future), timeout + std::chrono::seconds(1),
+                  "ctrl_recv")
+      .tag();
+}
+
+void Session::disconnect(std::uint32_t peer) {
+  on_loop(*loop_, [&] { impl_->peer_down(peer); });
+}
+
+void Session::close() {
+  on_loop(*loop_, [&] { impl_->close_on_loop(); });
+}
+
+}  // namespace hmc

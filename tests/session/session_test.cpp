@@ -1,0 +1,262 @@
+// Session over real UCX, parametrized over transports (tcp, shared memory) and progress modes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "session_test_util.hpp"
+
+namespace hmc {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = runtime::asio;
+using test::fill;
+using test::holds;
+
+constexpr std::size_t kBuffer = (64u << 20) + (1u << 20);
+constexpr std::uint16_t kServerDataPort = 18515;
+
+struct Param {
+  const char* tls;
+  runtime::ProgressMode mode;
+};
+
+class SessionTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    dir = test::temp_dir();
+    server = make_session();
+    server->init_server("127.0.0.1", kServerDataPort, 0, 0, 0, dir);
+    client = connect_client(1);
+    server->wait_peer(1, 10s);
+  }
+  void TearDown() override {
+    extra.clear();
+    client.reset();
+    server.reset();
+    std::filesystem::remove_all(dir);
+  }
+  std::unique_ptr<Session> make_session(std::size_t buffer = kBuffer) {
+    return std::make_unique<Session>(test::session_options(GetParam().tls, GetParam().mode, buffer, dir));
+  }
+  std::unique_ptr<Session> connect_client(std::uint32_t rank) {
+    auto c = make_session();
+    EXPECT_EQ(c->connect(0, rank, "127.0.0.1", kServerDataPort, server->ctrl_port()), 0u);
+    return c;
+  }
+
+  std::string dir;
+  std::unique_ptr<Session> server, client;
+  std::vector<std::unique_ptr<Session>> extra;
+};
+
+TEST_P(SessionTest, UsesTheRequestedUcxTransport) {
+  const std::string t = client->transports(0);
+  if (std::string(GetParam().tls) == "tcp") {
+    EXPECT_NE(t.find("tcp"), std::string::npos) << t;
+  } else {
+    EXPECT_TRUE(t.find("posix") != std::string::npos || t.find("sysv") != std::string::npos ||
+                t.find("cma") != std::string::npos)
+        << "same-host peers must get shared memory, got: " << t;
+  }
+  EXPECT_EQ(server->peers(), std::vector<std::uint32_t>{1});
+  EXPECT_EQ(client->rank_of("127.0.0.1", kServerDataPort), 0u);
+  EXPECT_THROW(client->rank_of("127.0.0.1", 1), NotFoundError);
+}
+
+TEST_P(SessionTest, PutAndGetFromOneByteTo64MiBArriveIntact) {
+  const std::size_t sizes[] = {1, 7, 4096, 65539, 1u << 20, (8u << 20) + 5, 64u << 20};
+  std::uint64_t seed = 1;
+  for (std::size_t n : sizes) {
+    SCOPED_TRACE(n);
+    const std::size_t local = 3, remote = 1001;  // unaligned on purpose
+    fill(client->buffer(), local, n, ++seed);
+    client->put(0, local, remote, n);
+    EXPECT_TRUE(holds(server->buffer(), remote, n, seed)) << "put of " << n << " bytes";
+    fill(server->buffer(), 17, n, ++seed);
+    client->get(0, local, 17, n);
+    EXPECT_TRUE(holds(client->buffer(), local, n, seed)) << "get of " << n << " bytes";
+  }
+}
+
+TEST_P(SessionTest, EitherSideCanPutAndGet) {
+  fill(server->buffer(), 0, 4096, 5);
+  server->put(1, 0, 8192, 4096);
+  EXPECT_TRUE(holds(client->buffer(), 8192, 4096, 5));
+  fill(client->buffer(), 100, 333, 6);
+  server->get(1, 200, 100, 333);
+  EXPECT_TRUE(holds(server->buffer(), 200, 333, 6));
+}
+
+TEST_P(SessionTest, TenThousandPutNbInFlightAllComplete) {
+  constexpr std::size_t kOps = 10'000, kSize = 4096;
+  fill(client->buffer(), 0, kOps * kSize, 77);
+  std::vector<std::future<void>> ops;
+  ops.reserve(kOps);
+  for (std::size_t i = 0; i < kOps; ++i) ops.push_back(client->put_nb(0, i * kSize, i * kSize, kSize));
+  Session::wait(ops, 60s);
+  EXPECT_TRUE(holds(server->buffer(), 0, kOps * kSize, 77));
+}
+
+TEST_P(SessionTest, TagAfterPutNeverShowsStaleBytes) {
+  constexpr int kRounds = 1000;
+  constexpr std::size_t kSize = 64u << 10;
+  std::atomic<int> stale{0}, seen{0};
+  std::thread reader([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      const std::uint64_t tag = server->ctrl_recv(1, 20s);
+      if (!holds(server->buffer(), 0, kSize, tag)) ++stale;
+      ++seen;
+      server->ctrl_send(1, tag);  // lets the writer reuse the region
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    fill(client->buffer(), 0, kSize, 1000 + i);
+    client->put(0, 0, 0, kSize);
+    client->ctrl_send(0, 1000 + i);
+    ASSERT_EQ(client->ctrl_recv(0, 20s), 1000u + i);
+  }
+  reader.join();
+  EXPECT_EQ(seen.load(), kRounds);
+  EXPECT_EQ(stale.load(), 0) << "a tag overtook its put";
+}
+
+TEST_P(SessionTest, BatchAndPipelineWithSizesThatAreNotChunkMultiples) {
+  std::vector<Segment> segs;
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < 50; ++i) {
+    const std::size_t n = 1 + i * 997;
+    segs.push_back({off, 2 * off + 5, n});
+    fill(client->buffer(), off, n, 300 + i);
+    off += n;
+  }
+  client->put_batch(0, segs);
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    EXPECT_TRUE(holds(server->buffer(), segs[i].remote_offset, segs[i].size, 300 + i));
+
+  const std::size_t n = (10u << 20) + 123, chunk = 1u << 20;
+  fill(client->buffer(), 11, n, 900);
+  client->put_pipeline(0, 11, 29, n, chunk, 4);
+  EXPECT_TRUE(holds(server->buffer(), 29, n, 900));
+  fill(server->buffer(), 1u << 20, n, 901);
+  client->get_pipeline(0, 7, 1u << 20, n, chunk, 3);
+  EXPECT_TRUE(holds(client->buffer(), 7, n, 901));
+
+  for (auto& s : segs) s.remote_offset += 1;
+  for (std::size_t i = 0; i < segs.size(); ++i) fill(server->buffer(), segs[i].remote_offset, segs[i].size, 500 + i);
+  client->get_batch(0, segs);
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    EXPECT_TRUE(holds(client->buffer(), segs[i].local_offset, segs[i].size, 500 + i));
+}
+
+TEST_P(SessionTest, CoroutinesOnTheCallersOwnExecutorResumeThere) {
+  asio::io_context user;
+  std::thread::id resumed_on;
+  fill(client->buffer(), 0, 1000, 42);
+  asio::co_spawn(
+      user,
+      [&]() -> asio::awaitable<void> {
+        co_await client->async_put(0, 0, 0, 1000, asio::use_awaitable);
+        resumed_on = std::this_thread::get_id();
+        co_await client->async_ctrl_send(0, CtrlMessage::from_tag(9), asio::use_awaitable);
+      },
+      asio::detached);
+  user.run();
+  EXPECT_EQ(resumed_on, std::this_thread::get_id());
+  EXPECT_EQ(server->ctrl_recv(1, 5s), 9u);
+  EXPECT_TRUE(holds(server->buffer(), 0, 1000, 42));
+}
+
+TEST_P(SessionTest, CallbackCompletionStyle) {
+  std::promise<std::exception_ptr> done;
+  client->async_get(0, 0, 0, 64, [&](std::exception_ptr e) { done.set_value(e); });
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(f.get(), nullptr);
+}
+
+TEST_P(SessionTest, BadInputIsATypedErrorBeforeAnythingIsSent) {
+  fill(server->buffer(), 0, 4096, 1);
+  const std::size_t end = kBuffer;
+  EXPECT_THROW(client->put(0, end - 10, 0, 11), OutOfRangeError);   // local range past the end
+  EXPECT_THROW(client->put(0, 0, end, 1), OutOfRangeError);         // remote offset at the end
+  EXPECT_THROW(client->put(0, 0, 8, SIZE_MAX), OutOfRangeError);    // offset + size overflows
+  EXPECT_THROW(client->get(0, SIZE_MAX, 0, 2), OutOfRangeError);
+  EXPECT_THROW(client->put(0, 0, 0, 0), InvalidArgumentError);      // zero size
+  EXPECT_THROW(client->put(7, 0, 0, 1), NotConnectedError);         // unknown peer
+  EXPECT_THROW(client->put_batch(0, {}), InvalidArgumentError);
+  EXPECT_THROW(client->put_batch(0, {{0, 0, 1}, {0, end, 1}}), OutOfRangeError);
+  EXPECT_THROW(client->put_pipeline(0, 0, 0, 100, 0, 4), InvalidArgumentError);
+  EXPECT_THROW(client->get_pipeline(0, 0, 0, 100, 10, 0), InvalidArgumentError);
+  EXPECT_TRUE(holds(server->buffer(), 0, 4096, 1)) << "a rejected put must not have written anything";
+  auto f = client->put_nb(0, 0, end, 1);
+  EXPECT_THROW(Session::wait(f, 5s), OutOfRangeError);
+  EXPECT_THROW(Session::wait(f, 5s), InvalidArgumentError);  // already waited for
+  client->close();
+  EXPECT_THROW(client->put(0, 0, 0, 1), ClosedError);
+  EXPECT_THROW(client->ctrl_send(0, 1), ClosedError);
+}
+
+TEST_P(SessionTest, FourClientsOnOneServerAtOnce) {
+  constexpr std::uint32_t kClients = 4;
+  constexpr std::size_t kSize = 1u << 20;
+  for (std::uint32_t r = 2; r < 2 + kClients; ++r) extra.push_back(nullptr);
+  std::vector<std::thread> threads;
+  for (std::uint32_t i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      const std::uint32_t rank = 2 + i;
+      extra[i] = connect_client(rank);
+      fill(extra[i]->buffer(), 0, kSize, rank);
+      extra[i]->put(0, 0, rank * kSize, kSize);
+      extra[i]->ctrl_send(0, rank);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::uint32_t r = 2; r < 2 + kClients; ++r) {
+    EXPECT_EQ(server->ctrl_recv(r, 10s), r);
+    EXPECT_TRUE(holds(server->buffer(), r * kSize, kSize, r));
+  }
+  EXPECT_EQ(server->peers().size(), kClients + 1);
+}
+
+TEST_P(SessionTest, DisconnectedPeerFailsItsOperations) {
+  client->disconnect(0);
+  EXPECT_THROW(client->put(0, 0, 0, 8), NotConnectedError);
+  EXPECT_THROW(client->ctrl_recv(0, 2s), PeerLostError);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TransportsAndModes, SessionTest,
+    ::testing::Values(Param{"tcp", runtime::ProgressMode::event}, Param{"tcp", runtime::ProgressMode::poll},
+                      Param{"shm", runtime::ProgressMode::event}, Param{"shm", runtime::ProgressMode::poll}),
+    [](const auto& p) { return std::string(p.param.tls) + "_" + std::string(runtime::to_string(p.param.mode)); });
+
+TEST(SessionLarge, BuffersOfFourGiBAndMoreUse64BitOffsets) {
+  const std::string dir = test::temp_dir();
+  const std::size_t big = (5ull << 30);
+  Session server(test::session_options("", runtime::ProgressMode::event, big, dir));
+  server.init_server("127.0.0.1", 1, 0, 0, 0, dir);
+  Session client(test::session_options("", runtime::ProgressMode::event, big, dir));
+  client.connect(0, 1, "127.0.0.1", 1, server.ctrl_port());
+  const std::size_t at = (4ull << 30) + (512ull << 20);
+  fill(client.buffer(), at, 1u << 20, 4);
+  client.put(0, at, at + 3, 1u << 20);
+  EXPECT_TRUE(holds(server.buffer(), at + 3, 1u << 20, 4));
+  client.get(0, 0, at + 3, 1u << 20);
+  EXPECT_TRUE(holds(client.buffer(), 0, 1u << 20, 4));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SessionConfig, RdmaIsUnsupportedInThisBuild) {
+  const std::string dir = test::temp_dir();
+  Session s(test::session_options("", runtime::ProgressMode::event, 4096, dir));
+  EXPECT_THROW(s.init_server("127.0.0.1", 1, 2, 0, 0, dir), UnsupportedError);
+  EXPECT_THROW(s.connect(0, 1, "127.0.0.1", 1, 1, ConnType::RDMA), UnsupportedError);
+  EXPECT_THROW(s.put(0, 0, 0, 1), NotConnectedError);
+  EXPECT_THROW(s.ctrl_send(0, 1), NotConnectedError);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hmc
