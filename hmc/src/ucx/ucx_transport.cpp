@@ -77,6 +77,7 @@ struct UcxTransport::Op {
   std::list<Op*>::iterator deadline_it{};
   bool in_deadline_list = false;
   bool released = false;
+  bool orphaned = false;  // its peer was removed: no longer counts against max_inflight
 };
 
 UcxTransport::UcxTransport(runtime::EventLoop& loop, ConnBuffer& buffer, UcxOptions options)
@@ -141,6 +142,9 @@ UcxTransport::~UcxTransport() {
     ucp_worker_progress(worker_);
     process_completions();
   }
+  if (started_ops_ != 0 || !closing_.empty())
+    log().warn("ucx transport closed with {} operations and {} endpoint closes still in UCX", started_ops_,
+               closing_.size());
   for (auto& p : closing_)
     if (p->rkey) ucp_rkey_destroy(p->rkey);
   if (memh_) ucp_mem_unmap(context_, memh_);
@@ -258,6 +262,16 @@ void UcxTransport::remove_peer(std::uint32_t rank, error_code reason) {
   for (Op* op : affected) maybe_release(op);
   for (Op* op : p->unflushed) maybe_release(op);
   p->unflushed.clear();
+  // A force-closed endpoint may never return some requests (seen with UCX 1.13 tcp gets): their
+  // ops stop counting against max_inflight now and are freed when UCX returns them or with us.
+  for (const auto& owned : ops_) {
+    Op* op = owned.get();
+    if (op->rank == rank && op->started && !op->released && !op->orphaned) {
+      op->orphaned = true;
+      --started_ops_;
+    }
+  }
+  start_waiting_ops();
   // Force only where UCX allows it (peer mode) or the peer is gone; a live peer gets a flushing close.
   close_endpoint(*p, p->peer_error_mode || reason == make_error_code(Status::PEER_LOST));
   closing_.push_back(std::move(p));
@@ -276,21 +290,21 @@ void UcxTransport::close_endpoint(Peer& p, bool force) {
 }
 
 UcxTransport::Op* UcxTransport::new_op(std::uint32_t rank, bool is_put, Completion done) {
-  std::unique_ptr<Op> op;
-  if (!op_pool_.empty()) {
-    op = std::move(op_pool_.back());
-    op_pool_.pop_back();
+  Op* op = nullptr;
+  if (!free_ops_.empty()) {
+    op = free_ops_.back();
+    free_ops_.pop_back();
     op->done.reset();
     *op = Op{};
   } else {
-    op = std::make_unique<Op>();
+    op = ops_.emplace_back(std::make_unique<Op>()).get();
   }
   op->owner = this;
   op->rank = rank;
   op->is_put = is_put;
   op->done.emplace(std::move(done));
   ++live_ops_;
-  return op.release();
+  return op;
 }
 
 void UcxTransport::put(std::uint32_t rank, std::vector<Segment> segments, Completion done) {
@@ -460,9 +474,9 @@ void UcxTransport::finish(Op* op, error_code ec) {
 void UcxTransport::maybe_release(Op* op) {
   if (op->released || !op->user_done || op->outstanding != 0 || op->flushing || op->queued) return;
   op->released = true;
-  if (op->started) --started_ops_;
+  if (op->started && !op->orphaned) --started_ops_;
   --live_ops_;
-  op_pool_.emplace_back(op);
+  free_ops_.push_back(op);
   start_waiting_ops();
 }
 

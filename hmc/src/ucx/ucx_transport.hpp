@@ -124,7 +124,8 @@ class UcxTransport final : public runtime::Poller {
   std::list<std::unique_ptr<Peer>> closed_;   // closed endpoints, kept for late UCX callbacks
   std::list<Op*> by_deadline_;                // one timeout for all ops: submission order is deadline order
   std::deque<Op*> waiting_;                   // over max_inflight: started as others finish
-  std::vector<std::unique_ptr<Op>> op_pool_;  // released ops, reused (no allocation per op in steady state)
+  std::vector<std::unique_ptr<Op>> ops_;      // every op ever made; freed with the transport
+  std::vector<Op*> free_ops_;                 // released ops, reused (no allocation per op in steady state)
   std::vector<std::pair<Op*, ucs_status_t>> done_requests_;  // filled by UCX callbacks, drained after progress
   std::vector<std::pair<FlushBatch*, ucs_status_t>> done_flushes_;
   std::vector<std::pair<Peer*, ucs_status_t>> done_closes_;
