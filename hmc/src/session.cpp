@@ -86,8 +86,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   }
 
   // Checks an operation before anything is sent; the exception says what to fix.
-  std::exception_ptr validate(bool is_put, std::uint32_t rank, const std::vector<Segment>& segs, std::size_t chunk,
-                              std::size_t window, bool pipeline) const {
+  std::exception_ptr validate(bool is_put, std::uint32_t rank, std::uint64_t region, const std::vector<Segment>& segs,
+                              std::size_t chunk, std::size_t window, bool pipeline) const {
     const char* op = is_put ? "put" : "get";
     auto fail = [&](auto error) { return std::make_exception_ptr(error); };
     if (closed) return fail(ClosedError(std::string(op) + " on a closed session"));
@@ -96,15 +96,17 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       return fail(NotConnectedError(std::string(op) + ": no data connection to rank " + std::to_string(rank) +
                                     " (connect() to it, or wait_peer() for a client)"));
     if (segs.empty()) return fail(InvalidArgumentError(std::string(op) + ": empty segment list"));
+    const std::size_t local_size = region == 0 ? buffer->size() : ucx->region_size(region);
+    if (local_size == 0) return fail(InvalidArgumentError(std::string(op) + ": the registered memory was released"));
     if (pipeline && (chunk == 0 || window == 0))
       return fail(InvalidArgumentError(std::string(op) + " pipeline: chunk and max_inflight must be > 0"));
     for (const Segment& s : segs) {
       if (s.size == 0) return fail(InvalidArgumentError(std::string(op) + ": size must be > 0"));
-      try {
-        buffer->check_range(s.local_offset, s.size);
-      } catch (const OutOfRangeError& e) {
-        return fail(OutOfRangeError(std::string(op) + " (local buffer): " + e.what()));
-      }
+      if (s.local_offset > local_size || s.size > local_size - s.local_offset)
+        return fail(OutOfRangeError(std::string(op) + ": local range [" + std::to_string(s.local_offset) + ", +" +
+                                    std::to_string(s.size) + ") is outside the " +
+                                    (region == 0 ? "session buffer" : "registered memory") + " of " +
+                                    std::to_string(local_size) + " bytes"));
       if (s.remote_offset > peer->buffer_size || s.size > peer->buffer_size - s.remote_offset)
         return fail(OutOfRangeError(std::string(op) + ": remote range [" + std::to_string(s.remote_offset) + ", +" +
                                     std::to_string(s.size) + ") is outside rank " + std::to_string(rank) +
@@ -177,6 +179,7 @@ Session::Session(SessionOptions options) {
 }
 
 Session::~Session() {
+  alive_.reset();  // RegisteredMemory handles that outlive us do nothing
   close();
   loop_->stop();
 }
@@ -266,10 +269,10 @@ std::string Session::transports(std::uint32_t rank) const {
 }
 
 void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
-                                std::uint32_t peer, std::vector<Segment> segments, std::size_t chunk,
-                                std::size_t window, handler h) {
+                                std::uint32_t peer, std::uint64_t region, std::vector<Segment> segments,
+                                std::size_t chunk, std::size_t window, handler h) {
   const auto ex = impl->loop.executor();
-  if (auto error = impl->validate(is_put, peer, segments, chunk, window, pipeline))
+  if (auto error = impl->validate(is_put, peer, region, segments, chunk, window, pipeline))
     return runtime::complete_later(ex, std::move(h), error);
   // The error text is built only on failure: nothing is allocated for it on the hot path.
   auto done = [ex, h = std::move(h), is_put, peer](runtime::error_code ec) mutable {
@@ -278,14 +281,69 @@ void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl
     const auto target = runtime::asio::get_associated_executor(h, ex);
     runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
   };
-  auto& ucx = *impl->ucx;
-  if (pipeline) {
-    const Segment whole = segments.front();
-    is_put ? ucx.put_pipeline(peer, whole, chunk, window, std::move(done))
-           : ucx.get_pipeline(peer, whole, chunk, window, std::move(done));
-  } else {
-    is_put ? ucx.put(peer, std::move(segments), std::move(done)) : ucx.get(peer, std::move(segments), std::move(done));
+  impl->ucx->submit(detail::RmaRequest{peer, is_put, region, std::move(segments), pipeline ? chunk : 0, window},
+                    std::move(done));
+}
+
+RegisteredMemory Session::register_memory(void* data, std::size_t size, MemoryType type) {
+  if (data == nullptr || size == 0) throw InvalidArgumentError("register_memory: null pointer or zero size");
+  const std::uint64_t id = on_loop(*loop_, [&] {
+    if (impl_->closed || !impl_->ucx) throw ClosedError("register_memory on a closed session");
+    return impl_->ucx->register_region(data, size, type);
+  });
+  return RegisteredMemory(this, alive_, id, data, size);
+}
+
+void Session::unregister_memory(std::uint64_t id) noexcept {
+  try {
+    on_loop(*loop_, [&] {
+      if (impl_->ucx) impl_->ucx->unregister_region(id);
+    });
+  } catch (const std::exception& e) {
+    detail::log().warn("unregistering memory region {}: {}", id, e.what());
   }
+}
+
+std::vector<std::uint32_t> Session::ranks_at(const std::string& ip) const {
+  return on_loop(*loop_, [&] {
+    std::vector<std::uint32_t> out;
+    for (const auto& [address, rank] : impl_->by_address)
+      if (address.first == ip && impl_->ready.is_ready(rank)) out.push_back(rank);
+    return out;
+  });
+}
+
+RegisteredMemory::RegisteredMemory(Session* session, std::weak_ptr<int> session_alive, std::uint64_t id, void* data,
+                                   std::size_t size) noexcept
+    : session_(session), session_alive_(std::move(session_alive)), id_(id), data_(data), size_(size) {}
+
+RegisteredMemory::RegisteredMemory(RegisteredMemory&& other) noexcept
+    : session_(other.session_),
+      session_alive_(std::move(other.session_alive_)),
+      id_(other.id_),
+      data_(other.data_),
+      size_(other.size_) {
+  other.id_ = 0;
+}
+
+RegisteredMemory& RegisteredMemory::operator=(RegisteredMemory&& other) noexcept {
+  if (this != &other) {
+    reset();
+    session_ = other.session_;
+    session_alive_ = std::move(other.session_alive_);
+    id_ = other.id_;
+    data_ = other.data_;
+    size_ = other.size_;
+    other.id_ = 0;
+  }
+  return *this;
+}
+
+RegisteredMemory::~RegisteredMemory() { reset(); }
+
+void RegisteredMemory::reset() noexcept {
+  if (id_ != 0 && session_alive_.lock()) session_->unregister_memory(id_);
+  id_ = 0;
 }
 
 std::future<void> Session::put_nb(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {

@@ -198,6 +198,29 @@ TEST_P(SessionTest, BadInputIsATypedErrorBeforeAnythingIsSent) {
   EXPECT_THROW(client->ctrl_send(0, 1), ClosedError);
 }
 
+TEST_P(SessionTest, RegisteredUserMemoryIsASourceAndDestinationWithoutStaging) {
+  auto src = test::pattern(3u << 20, 61);
+  std::vector<std::byte> dst(3u << 20);
+  {
+    RegisteredMemory rs = client->register_memory(src.data(), src.size());
+    RegisteredMemory rd = client->register_memory(dst.data(), dst.size());
+    client->async_put_from(rs, 0, 0, 4096, src.size(), asio::use_future).get();
+    EXPECT_TRUE(holds(server->buffer(), 4096, src.size(), 61));
+    client->async_get_into(rd, 5, 0, 4096, src.size() - 5, asio::use_future).get();
+    EXPECT_TRUE(std::equal(src.begin(), src.end() - 5, dst.begin() + 5));
+    EXPECT_THROW(client->async_put_from(rs, 1, 0, 0, src.size(), asio::use_future).get(), OutOfRangeError);
+    // Unregistering while a put is in flight is safe: the region lives until the put is done.
+    auto inflight = client->async_put_from(rs, 0, 0, 0, src.size(), asio::use_future);
+    RegisteredMemory gone = std::move(rs);
+    { RegisteredMemory drop = std::move(gone); }
+    inflight.get();
+    EXPECT_TRUE(holds(server->buffer(), 0, src.size(), 61));
+    EXPECT_THROW(client->async_put_from(rs, 0, 0, 0, 1, asio::use_future).get(), InvalidArgumentError);
+  }
+  EXPECT_THROW(client->register_memory(nullptr, 10), InvalidArgumentError);
+  EXPECT_EQ(server->ranks_at("127.0.0.1").size(), 1u);
+}
+
 TEST_P(SessionTest, FourClientsOnOneServerAtOnce) {
   constexpr std::uint32_t kClients = 4;
   constexpr std::size_t kSize = 1u << 20;

@@ -17,6 +17,7 @@
 #include "hmc/ctrl_message.hpp"
 #include "hmc/ctrl_options.hpp"
 #include "hmc/memory_type.hpp"
+#include "hmc/registered_memory.hpp"
 #include "hmc/runtime/async_op.hpp"
 #include "hmc/runtime/event_loop.hpp"
 #include "hmc/runtime/progress_mode.hpp"
@@ -70,6 +71,8 @@ class Session {
   // Waits until `rank` can be the target of put/get (a client connected to this server).
   void wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout);
   std::vector<std::uint32_t> peers() const;
+  // Connected ranks whose advertised address is `ip` (any data port).
+  std::vector<std::uint32_t> ranks_at(const std::string& ip) const;
   // The one place the reference's (ip, data_port) addressing maps onto ranks; NotFoundError.
   std::uint32_t rank_of(const std::string& ip, std::uint16_t data_port) const;
   // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp").
@@ -78,33 +81,49 @@ class Session {
   // Completes when the bytes are visible in the peer's buffer.
   template <class Token>
   auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
-    return start_rma<Token>(true, false, peer, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(true, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
   }
   // Completes when the bytes are in this session's buffer.
   template <class Token>
   auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
-    return start_rma<Token>(false, false, peer, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(false, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
   }
   // Many segments, one completion (one endpoint flush for puts).
   template <class Token>
   auto async_put_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
-    return start_rma<Token>(true, false, peer, std::move(segments), 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(true, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
   template <class Token>
   auto async_get_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
-    return start_rma<Token>(false, false, peer, std::move(segments), 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(false, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
   // One range in `chunk`-byte pieces with at most `max_inflight` in flight (a sliding window).
   template <class Token>
   auto async_put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                           std::size_t chunk, std::size_t max_inflight, Token&& token) {
-    return start_rma<Token>(true, true, peer, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
+    return start_rma<Token>(true, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
                             std::forward<Token>(token));
   }
   template <class Token>
   auto async_get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                           std::size_t chunk, std::size_t max_inflight, Token&& token) {
-    return start_rma<Token>(false, true, peer, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
+    return start_rma<Token>(false, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
+                            std::forward<Token>(token));
+  }
+
+  // Registers user memory (CPU, or device memory of a built backend) for put_from/get_into.
+  RegisteredMemory register_memory(void* data, std::size_t size, MemoryType type = MemoryType::CPU);
+  // put from / get into registered user memory instead of the session buffer: no staging copy.
+  template <class Token>
+  auto async_put_from(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer, std::size_t remote_off,
+                      std::size_t size, Token&& token) {
+    return start_rma<Token>(true, false, peer, region_of(src), {Segment{src_off, remote_off, size}}, 0, 0,
+                            std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_get_into(const RegisteredMemory& dst, std::size_t dst_off, std::uint32_t peer, std::size_t remote_off,
+                      std::size_t size, Token&& token) {
+    return start_rma<Token>(false, false, peer, region_of(dst), {Segment{dst_off, remote_off, size}}, 0, 0,
                             std::forward<Token>(token));
   }
 
@@ -148,17 +167,17 @@ class Session {
 
  private:
   template <class Token>
-  auto start_rma(bool is_put, bool pipeline, std::uint32_t peer, std::vector<Segment> segments, std::size_t chunk,
-                 std::size_t window, Token&& token) {
+  auto start_rma(bool is_put, bool pipeline, std::uint32_t peer, std::uint64_t region, std::vector<Segment> segments,
+                 std::size_t chunk, std::size_t window, Token&& token) {
     return runtime::async_on_loop<void(std::exception_ptr)>(
         executor(), std::forward<Token>(token),
-        [impl = impl_, is_put, pipeline, peer, segs = std::move(segments), chunk, window](handler h) mutable {
-          start_rma_on_loop(impl, is_put, pipeline, peer, std::move(segs), chunk, window, std::move(h));
+        [impl = impl_, is_put, pipeline, peer, region, segs = std::move(segments), chunk, window](handler h) mutable {
+          start_rma_on_loop(impl, is_put, pipeline, peer, region, std::move(segs), chunk, window, std::move(h));
         });
   }
   runtime::loop_executor executor() const noexcept;
   static void start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
-                                std::uint32_t peer,
+                                std::uint32_t peer, std::uint64_t region,
                                 std::vector<Segment> segments, std::size_t chunk, std::size_t window, handler h);
   static void start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
                               handler h);
@@ -166,8 +185,14 @@ class Session {
                               std::chrono::milliseconds timeout,
                               runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h);
 
+  friend class RegisteredMemory;
+  // An empty (moved-from) handle must never fall back to the session buffer (region 0).
+  static std::uint64_t region_of(const RegisteredMemory& m) noexcept { return m ? m.id() : UINT64_MAX; }
+  void unregister_memory(std::uint64_t id) noexcept;
+
   std::unique_ptr<runtime::EventLoop> loop_;  // declared first: destroyed after everything it runs
   std::shared_ptr<detail::SessionImpl> impl_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // RegisteredMemory handles check it
 };
 
 }  // namespace hmc

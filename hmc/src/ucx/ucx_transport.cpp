@@ -66,6 +66,7 @@ struct UcxTransport::Op {
   std::uint32_t rank = 0;
   bool is_put = false;
   bool pipeline = false;
+  std::uint64_t region = 0;
   // Asio 1.26's any_completion_handler move assignment recurses forever: only ever construct it.
   std::optional<Completion> done;
   std::vector<Segment> segments;
@@ -119,10 +120,12 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, ConnBuffer& buffer, UcxOpti
   mp.address = buffer_.data();
   mp.length = buffer_.size();
   mp.memory_type = ucx_memory_type(buffer_.type());
-  check_ucs(ucp_mem_map(context_, &mp, &memh_), "ucp_mem_map");
+  ucp_mem_h memh = nullptr;
+  check_ucs(ucp_mem_map(context_, &mp, &memh), "ucp_mem_map");
+  regions_[0] = Region{buffer_.data(), buffer_.size(), memh};
   void* rkey_buffer = nullptr;
   std::size_t rkey_len = 0;
-  check_ucs(ucp_rkey_pack(context_, memh_, &rkey_buffer, &rkey_len), "ucp_rkey_pack");
+  check_ucs(ucp_rkey_pack(context_, memh, &rkey_buffer, &rkey_len), "ucp_rkey_pack");
   const auto* r = static_cast<const std::byte*>(rkey_buffer);
   rkey_.assign(r, r + rkey_len);
   ucp_rkey_buffer_release(rkey_buffer);
@@ -147,7 +150,7 @@ UcxTransport::~UcxTransport() {
                closing_.size());
   for (auto& p : closing_)
     if (p->rkey) ucp_rkey_destroy(p->rkey);
-  if (memh_) ucp_mem_unmap(context_, memh_);
+  for (auto& [id, r] : regions_) ucp_mem_unmap(context_, r.memh);
   if (worker_) ucp_worker_destroy(worker_);
   if (context_) ucp_cleanup(context_);
 }
@@ -289,7 +292,7 @@ void UcxTransport::close_endpoint(Peer& p, bool force) {
   poller_.kick();
 }
 
-UcxTransport::Op* UcxTransport::new_op(std::uint32_t rank, bool is_put, Completion done) {
+UcxTransport::Op* UcxTransport::new_op(RmaRequest request, Completion done) {
   Op* op = nullptr;
   if (!free_ops_.empty()) {
     op = free_ops_.back();
@@ -300,46 +303,56 @@ UcxTransport::Op* UcxTransport::new_op(std::uint32_t rank, bool is_put, Completi
     op = ops_.emplace_back(std::make_unique<Op>()).get();
   }
   op->owner = this;
-  op->rank = rank;
-  op->is_put = is_put;
+  op->rank = request.rank;
+  op->is_put = request.is_put;
+  op->region = request.region;
+  op->pipeline = request.chunk != 0;
+  op->chunk = request.chunk;
+  op->window = request.window;
+  op->segments = std::move(request.segments);
   op->done.emplace(std::move(done));
+  ++regions_.at(op->region).users;
   ++live_ops_;
   return op;
 }
 
-void UcxTransport::put(std::uint32_t rank, std::vector<Segment> segments, Completion done) {
-  Op* op = new_op(rank, true, std::move(done));
-  op->segments = std::move(segments);
-  submit(op);
+void UcxTransport::submit(RmaRequest request, Completion done) { enqueue(new_op(std::move(request), std::move(done))); }
+
+std::uint64_t UcxTransport::register_region(void* base, std::size_t size, MemoryType type) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  mp.address = base;
+  mp.length = size;
+  mp.memory_type = ucx_memory_type(type);
+  ucp_mem_h memh = nullptr;
+  const ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
+  if (s != UCS_OK) throw Error(Status::ERROR, std::string("registering user memory: ") + ucs_status_string(s));
+  const std::uint64_t id = next_region_++;
+  regions_[id] = Region{base, size, memh};
+  return id;
 }
 
-void UcxTransport::get(std::uint32_t rank, std::vector<Segment> segments, Completion done) {
-  Op* op = new_op(rank, false, std::move(done));
-  op->segments = std::move(segments);
-  submit(op);
+void UcxTransport::unregister_region(std::uint64_t id) {
+  auto it = regions_.find(id);
+  if (id == 0 || it == regions_.end() || it->second.unregistered) return;
+  it->second.unregistered = true;
+  release_region(id);
 }
 
-void UcxTransport::put_pipeline(std::uint32_t rank, Segment whole, std::size_t chunk, std::size_t window,
-                                Completion done) {
-  Op* op = new_op(rank, true, std::move(done));
-  op->pipeline = true;
-  op->segments = {whole};
-  op->chunk = chunk;
-  op->window = window;
-  submit(op);
+void UcxTransport::release_region(std::uint64_t id) {
+  auto it = regions_.find(id);
+  if (it == regions_.end() || !it->second.unregistered || it->second.users != 0) return;
+  ucp_mem_unmap(context_, it->second.memh);
+  regions_.erase(it);
 }
 
-void UcxTransport::get_pipeline(std::uint32_t rank, Segment whole, std::size_t chunk, std::size_t window,
-                                Completion done) {
-  Op* op = new_op(rank, false, std::move(done));
-  op->pipeline = true;
-  op->segments = {whole};
-  op->chunk = chunk;
-  op->window = window;
-  submit(op);
+std::size_t UcxTransport::region_size(std::uint64_t id) const {
+  auto it = regions_.find(id);
+  return it == regions_.end() || it->second.unregistered ? 0 : it->second.size;
 }
 
-void UcxTransport::submit(Op* op) {
+void UcxTransport::enqueue(Op* op) {
   op->deadline = clock::now() + options_.timeout;
   op->deadline_it = by_deadline_.insert(by_deadline_.end(), op);
   op->in_deadline_list = true;
@@ -371,15 +384,16 @@ void UcxTransport::start(Op* op) {
 
 bool UcxTransport::issue_one(Op* op, const Segment& s, bool with_callback) {
   Peer& p = *peers_.at(op->rank);
+  const Region& region = regions_.at(op->region);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-  param.memh = memh_;
+  param.memh = region.memh;
   if (with_callback) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &UcxTransport::on_request_done;
     param.user_data = op;
   }
-  void* local = static_cast<std::byte*>(buffer_.data()) + s.local_offset;
+  void* local = static_cast<std::byte*>(region.base) + s.local_offset;
   const std::uint64_t remote = p.info.buffer_base + s.remote_offset;
   ucs_status_ptr_t r = op->is_put ? ucp_put_nbx(p.ep, local, s.size, remote, p.rkey, &param)
                                   : ucp_get_nbx(p.ep, local, s.size, remote, p.rkey, &param);
@@ -475,6 +489,8 @@ void UcxTransport::maybe_release(Op* op) {
   if (op->released || !op->user_done || op->outstanding != 0 || op->flushing || op->queued) return;
   op->released = true;
   if (op->started && !op->orphaned) --started_ops_;
+  --regions_.at(op->region).users;
+  release_region(op->region);
   --live_ops_;
   free_ops_.push_back(op);
   start_waiting_ops();

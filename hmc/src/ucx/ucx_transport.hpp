@@ -33,6 +33,17 @@ struct UcxOptions {
   std::size_t max_inflight = 1024;                     // operations handed to UCX at once; more wait in a queue
 };
 
+// One RMA operation: segments between a local region and the peer's buffer. chunk != 0 makes it a
+// pipeline over segments[0] with at most `window` chunks in flight.
+struct RmaRequest {
+  std::uint32_t rank = 0;
+  bool is_put = true;
+  std::uint64_t region = 0;  // 0: the session buffer; else an id from register_region
+  std::vector<Segment> segments;
+  std::size_t chunk = 0;
+  std::size_t window = 0;
+};
+
 class UcxTransport final : public runtime::Poller {
  public:
   using Completion = asio::any_completion_handler<void(error_code)>;
@@ -65,13 +76,16 @@ class UcxTransport final : public runtime::Poller {
   // Called (on the loop, outside UCX callbacks) when UCX reports a peer's endpoint failed.
   std::function<void(std::uint32_t rank, error_code)> on_peer_failed;
 
-  // Segments are validated by the caller. put completes when the bytes are visible in the peer's
-  // buffer (puts then one endpoint flush); get when they are in ours.
-  void put(std::uint32_t rank, std::vector<Segment> segments, Completion done);
-  void get(std::uint32_t rank, std::vector<Segment> segments, Completion done);
-  // One range cut into chunks with at most `window` chunks in flight (a sliding window).
-  void put_pipeline(std::uint32_t rank, Segment whole, std::size_t chunk, std::size_t window, Completion done);
-  void get_pipeline(std::uint32_t rank, Segment whole, std::size_t chunk, std::size_t window, Completion done);
+  // Validated by the caller. A put completes when the bytes are visible in the peer's buffer
+  // (puts, then one endpoint flush); a get when they are in the local region.
+  void submit(RmaRequest request, Completion done);
+
+  // Registers user memory as a local source/destination (no staging copy); returns its region id.
+  std::uint64_t register_region(void* base, std::size_t size, MemoryType type);
+  // Unmaps now, or when the last operation using the region is released.
+  void unregister_region(std::uint64_t id);
+  // Size of a live region; 0 when the id is unknown or unregistered.
+  std::size_t region_size(std::uint64_t id) const;
 
   // Operations accepted and not yet completed to their caller (for tests and shutdown).
   std::size_t live_operations() const noexcept { return live_ops_; }
@@ -81,14 +95,22 @@ class UcxTransport final : public runtime::Poller {
   struct Op;
   struct Peer;
   struct FlushBatch;
+  struct Region {
+    void* base = nullptr;
+    std::size_t size = 0;
+    ucp_mem_h memh = nullptr;
+    std::size_t users = 0;      // operations not yet released
+    bool unregistered = false;  // unmap when users drops to 0
+  };
 
   static void on_request_done(void* request, ucs_status_t status, void* user_data);
   static void on_flush_done(void* request, ucs_status_t status, void* user_data);
   static void on_close_done(void* request, ucs_status_t status, void* user_data);
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
-  Op* new_op(std::uint32_t rank, bool is_put, Completion done);
-  void submit(Op* op);
+  Op* new_op(RmaRequest request, Completion done);
+  void enqueue(Op* op);
+  void release_region(std::uint64_t id);
   void start(Op* op);
   void issue_segments(Op* op);
   void issue_pipeline_chunks(Op* op);
@@ -110,7 +132,8 @@ class UcxTransport final : public runtime::Poller {
   UcxOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  ucp_mem_h memh_ = nullptr;
+  std::map<std::uint64_t, Region> regions_;  // 0 is the session buffer
+  std::uint64_t next_region_ = 1;
   std::vector<std::byte> rkey_;
   std::vector<std::byte> worker_address_;
   std::string host_id_;
