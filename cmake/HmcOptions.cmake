@@ -1,5 +1,10 @@
 # Build options: every choice a user can make at configure time lives here.
 option(HMC_BUILD_TESTS "Build the GoogleTest suite" ON)
+option(HMC_BUILD_PYTHON "Build the hmc Python package (pybind11, Debian python3)" ON)
+# Debian's interpreter sees the python3-* packages; a pyenv python3 earlier on PATH does not.
+if(NOT Python_EXECUTABLE AND EXISTS /usr/bin/python3)
+  set(Python_EXECUTABLE /usr/bin/python3)
+endif()
 option(HMC_WERROR "Treat compiler warnings as errors" ON)
 option(HMC_SANITIZE "Build with AddressSanitizer + UndefinedBehaviorSanitizer" OFF)
 option(HMC_ASIO_URING_CANCEL_FIX "Clear user_data on every io_uring SQE Asio 1.26 takes (upstream fix of Asio 1.27)" ON)

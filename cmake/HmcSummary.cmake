@@ -11,5 +11,6 @@ message(STATUS "  rdma-core verbs   : ${IBVERBS_VERSION}, rdmacm ${RDMACM_VERSIO
 message(STATUS "  spdlog            : ${spdlog_VERSION}")
 message(STATUS "  CUDA backend      : ${HMC_HAVE_CUDA} (${HMC_CUDA_REASON})")
 message(STATUS "  ROCm HIP backend  : ${HMC_HAVE_HIP} (${HMC_HIP_REASON})")
+message(STATUS "  python package    : ${HMC_BUILD_PYTHON} (${Python_EXECUTABLE})")
 message(STATUS "  tests             : ${HMC_BUILD_TESTS}")
 message(STATUS "")

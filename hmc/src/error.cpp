@@ -4,7 +4,9 @@ namespace hmc {
 
 std::exception_ptr make_error(const boost::system::error_code& ec, const std::string& context) {
   const Status s = status_of(ec);
-  const std::string what = context.empty() ? ec.message() : context + ": " + ec.message();
+  // HMC's own words for mapped codes ("timed out", "peer lost"); the system's text otherwise.
+  const std::string detail = s == Status::ERROR ? ec.message() : std::string(to_string(s));
+  const std::string what = context.empty() ? detail : context + ": " + detail;
   switch (s) {
     case Status::SUCCESS: return nullptr;
     case Status::TIMEOUT: return std::make_exception_ptr(TimeoutError(what));

@@ -55,6 +55,8 @@ class Session {
 
   ConnBuffer& buffer() noexcept;
   const SessionOptions& options() const noexcept;
+  // The session's loop: for coroutines that should run beside HMC, and for emitting cancellations.
+  runtime::loop_executor executor() const noexcept;
 
   // Server role (reference names): control listener on ctrl_tcp_port (0: any free port) and its
   // Unix socket in ctrl_uds_dir. ucx_port is how clients address this session in (ip, port) terms;
@@ -175,7 +177,6 @@ class Session {
           start_rma_on_loop(impl, is_put, pipeline, peer, region, std::move(segs), chunk, window, std::move(h));
         });
   }
-  runtime::loop_executor executor() const noexcept;
   static void start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
                                 std::uint32_t peer, std::uint64_t region,
                                 std::vector<Segment> segments, std::size_t chunk, std::size_t window, handler h);

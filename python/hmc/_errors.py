@@ -1,0 +1,62 @@
+"""The exception hierarchy. The C++ core raises these through by_status() (its one translator)."""
+import builtins
+
+from ._enums import Status
+
+
+class HMCError(Exception):
+    """Base of every HMC error; `status` is the hmc.Status code."""
+
+    status = Status.ERROR
+
+
+class TimeoutError(HMCError, builtins.TimeoutError):  # noqa: A001 - the reference name
+    status = Status.TIMEOUT
+
+
+class NotFoundError(HMCError, LookupError):
+    status = Status.NOT_FOUND
+
+
+class UnsupportedError(HMCError, NotImplementedError):
+    status = Status.UNSUPPORT
+
+
+class InvalidConfigError(HMCError, ValueError):
+    status = Status.INVALID_CONFIG
+
+
+class InvalidArgumentError(HMCError, ValueError):
+    status = Status.INVALID_ARGUMENT
+
+
+class OutOfRangeError(HMCError, IndexError):
+    status = Status.OUT_OF_RANGE
+
+
+class NotConnectedError(HMCError, ConnectionError):
+    status = Status.NOT_CONNECTED
+
+
+class PeerLostError(HMCError, ConnectionError):
+    status = Status.PEER_LOST
+
+
+class ProtocolError(HMCError):
+    status = Status.PROTOCOL_ERROR
+
+
+class CancelledError(HMCError):
+    status = Status.CANCELLED
+
+
+class ClosedError(HMCError):
+    status = Status.CLOSED
+
+
+_BY_STATUS = {cls.status: cls for cls in HMCError.__subclasses__()}
+
+
+def by_status(code):
+    """The exception class for a C++ status code."""
+    return _BY_STATUS.get(code, HMCError)
