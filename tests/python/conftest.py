@@ -1,0 +1,75 @@
+"""Fixtures: a server peer process (blocking or asyncio style) and a connected client session."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+import hmc
+
+HERE = pathlib.Path(__file__).parent
+PYTHON = "/usr/bin/python3"  # Debian's interpreter: it sees python3-numpy/torch
+
+
+class ServerProcess:
+    def __init__(self, style, tls):
+        self.uds_dir = tempfile.mkdtemp(prefix="hmc-py-")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+        self.proc = subprocess.Popen([PYTHON, str(HERE / "peer.py"), style, tls, self.uds_dir],
+                                     stdout=subprocess.PIPE, text=True, env=env)
+        line = self.proc.stdout.readline().split()
+        if not line or line[0] != "READY":
+            self.proc.kill()
+            raise RuntimeError(f"peer did not start: {line}")
+        self.ctrl_port = int(line[1])
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.uds_dir, ignore_errors=True)
+
+
+@pytest.fixture(params=["shm", "tcp"])
+def tls(request):
+    return request.param
+
+
+@pytest.fixture(params=["blocking", "asyncio"])
+def server(request, tls):
+    s = ServerProcess(request.param, tls)
+    yield s
+    s.close()
+
+
+def session_kwargs(tls, uds_dir, **extra):
+    return dict(buffer_size=80 << 20, ucx_tls=tls, ucx_net_devices="lo", ctrl_uds_dir=uds_dir, **extra)
+
+
+def command(sess, **cmd):
+    """Blocking request/response with the peer."""
+    sess.ctrl_send(0, json.dumps(cmd).encode())
+    return sess.ctrl_recv(0, timeout=30)
+
+
+async def acommand(sess, **cmd):
+    await sess.ctrl_send(0, json.dumps(cmd).encode())
+    return await sess.ctrl_recv(0, timeout=30)
+
+
+@pytest.fixture
+def client(server, tls):
+    with hmc.create_session(**session_kwargs(tls, server.uds_dir)) as s:
+        assert s.connect(0, 1, "127.0.0.1", 18515, server.ctrl_port) == 0
+        yield s
+        if server.proc.poll() is None:
+            command(s, op="exit")
