@@ -8,6 +8,7 @@
 #include "hmc/memory.hpp"
 #include "hmc/runtime/async_ready_set.hpp"
 #include "hmc/runtime/log.hpp"
+#include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_transport.hpp"
 
 namespace hmc {
@@ -21,12 +22,21 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   SessionImpl(runtime::EventLoop& l, SessionOptions o)
       : loop(l),
         opts(std::move(o)),
-        buffer(std::make_unique<ConnBuffer>(std::shared_ptr<Memory>(Memory::create(opts.mem_type, opts.device_id)),
-                                            opts.buffer_size)),
+        ucx_context(UcxContext::create(opts.ucx_tls, opts.ucx_net_devices)),
+        buffer(std::make_unique<ConnBuffer>(buffer_memory(), opts.buffer_size)),
         ready(l.executor()) {}
 
+  // Host buffers come from UCX (shared memory same-host peers map); device buffers from their backend.
+  std::shared_ptr<Memory> buffer_memory() const {
+    if (opts.mem_type == MemoryType::CPU || opts.mem_type == MemoryType::DEFAULT) {
+      if (opts.device_id < 0) throw InvalidArgumentError("device_id must be >= 0");
+      return std::make_shared<UcxHostMemory>(ucx_context);
+    }
+    return std::shared_ptr<Memory>(Memory::create(opts.mem_type, opts.device_id));
+  }
+
   void start_on_loop() {
-    ucx = std::make_unique<UcxTransport>(loop, *buffer, UcxOptions{opts.ucx_tls, opts.ucx_net_devices, opts.timeout, opts.max_inflight});
+    ucx = std::make_unique<UcxTransport>(loop, ucx_context, *buffer, UcxOptions{opts.timeout, opts.max_inflight});
     ucx->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
       if (auto self = weak.lock()) self->peer_down(rank);
     };
@@ -125,6 +135,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
 
   runtime::EventLoop& loop;
   SessionOptions opts;
+  std::shared_ptr<UcxContext> ucx_context;
   std::unique_ptr<ConnBuffer> buffer;
   std::unique_ptr<CtrlChannel> ctrl;
   std::unique_ptr<UcxTransport> ucx;

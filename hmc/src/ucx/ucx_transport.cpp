@@ -7,6 +7,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "ucx/ucx_host_memory.hpp"
 
 namespace hmc::detail {
 
@@ -81,25 +82,14 @@ struct UcxTransport::Op {
   bool orphaned = false;  // its peer was removed: no longer counts against max_inflight
 };
 
-UcxTransport::UcxTransport(runtime::EventLoop& loop, ConnBuffer& buffer, UcxOptions options)
-    : loop_(loop), buffer_(buffer), options_(std::move(options)), deadline_timer_(loop.executor()) {
-  ucp_config_t* config = nullptr;
-  check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
-  for (const auto& [name, value] : {std::pair{"TLS", &options_.tls}, std::pair{"NET_DEVICES", &options_.net_devices}}) {
-    if (value->empty()) continue;
-    const ucs_status_t s = ucp_config_modify(config, name, value->c_str());
-    if (s != UCS_OK) {
-      ucp_config_release(config);
-      throw InvalidConfigError(std::string("UCX_") + name + " '" + *value + "' rejected: " + ucs_status_string(s));
-    }
-  }
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-  const ucs_status_t init = ucp_init(&params, config, &context_);
-  ucp_config_release(config);
-  check_ucs(init, "ucp_init");
-
+UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext> context, ConnBuffer& buffer,
+                           UcxOptions options)
+    : loop_(loop),
+      buffer_(buffer),
+      options_(std::move(options)),
+      context_holder_(std::move(context)),
+      context_(context_holder_->get()),
+      deadline_timer_(loop.executor()) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop thread touches the worker
@@ -114,23 +104,28 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, ConnBuffer& buffer, UcxOpti
   worker_address_.assign(a, a + address_len);
   ucp_worker_release_address(worker_, address);
 
-  ucp_mem_map_params_t mp{};
-  mp.field_mask =
-      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-  mp.address = buffer_.data();
-  mp.length = buffer_.size();
-  mp.memory_type = ucx_memory_type(buffer_.type());
-  ucp_mem_h memh = nullptr;
-  check_ucs(ucp_mem_map(context_, &mp, &memh), "ucp_mem_map");
-  regions_[0] = Region{buffer_.data(), buffer_.size(), memh};
+  // A buffer UCX allocated is registered already (and shareable); anything else is mapped here.
+  const auto* ucx_memory = dynamic_cast<const UcxHostMemory*>(&buffer_.memory());
+  ucp_mem_h memh = ucx_memory != nullptr ? ucx_memory->memh_of(buffer_.data()) : nullptr;
+  const bool owned = memh == nullptr;
+  if (owned) {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask =
+        UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.address = buffer_.data();
+    mp.length = buffer_.size();
+    mp.memory_type = ucx_memory_type(buffer_.type());
+    check_ucs(ucp_mem_map(context_, &mp, &memh), "ucp_mem_map");
+  }
+  regions_[0] = Region{buffer_.data(), buffer_.size(), memh, 0, false, owned};
   void* rkey_buffer = nullptr;
   std::size_t rkey_len = 0;
   check_ucs(ucp_rkey_pack(context_, memh, &rkey_buffer, &rkey_len), "ucp_rkey_pack");
   const auto* r = static_cast<const std::byte*>(rkey_buffer);
   rkey_.assign(r, r + rkey_len);
   ucp_rkey_buffer_release(rkey_buffer);
-  log().debug("ucx transport ready: tls={} buffer={} bytes worker address={} bytes rkey={} bytes",
-              options_.tls.empty() ? "(default)" : options_.tls, buffer_.size(), worker_address_.size(), rkey_.size());
+  log().debug("ucx transport ready: buffer={} bytes ({}) worker address={} bytes rkey={} bytes", buffer_.size(),
+              owned ? "registered" : "allocated by UCX", worker_address_.size(), rkey_.size());
 }
 
 UcxTransport::~UcxTransport() {
@@ -150,9 +145,9 @@ UcxTransport::~UcxTransport() {
                closing_.size());
   for (auto& p : closing_)
     if (p->rkey) ucp_rkey_destroy(p->rkey);
-  for (auto& [id, r] : regions_) ucp_mem_unmap(context_, r.memh);
+  for (auto& [id, r] : regions_)
+    if (r.owned) ucp_mem_unmap(context_, r.memh);
   if (worker_) ucp_worker_destroy(worker_);
-  if (context_) ucp_cleanup(context_);
 }
 
 void UcxTransport::attach() { poller_ = loop_.attach(*this); }
@@ -329,7 +324,7 @@ std::uint64_t UcxTransport::register_region(void* base, std::size_t size, Memory
   const ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
   if (s != UCS_OK) throw Error(Status::ERROR, std::string("registering user memory: ") + ucs_status_string(s));
   const std::uint64_t id = next_region_++;
-  regions_[id] = Region{base, size, memh};
+  regions_[id] = Region{base, size, memh, 0, false, true};
   return id;
 }
 

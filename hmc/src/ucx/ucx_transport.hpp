@@ -19,6 +19,7 @@
 #include "hmc/runtime/event_loop.hpp"
 #include "hmc/runtime/poller.hpp"
 #include "hmc/segment.hpp"
+#include "ucx/ucx_context.hpp"
 #include "ucx/ucx_peer_info.hpp"
 
 namespace hmc::detail {
@@ -27,8 +28,6 @@ namespace asio = runtime::asio;
 using runtime::error_code;
 
 struct UcxOptions {
-  std::string tls;                                     // UCX_TLS for this context; empty: environment/default
-  std::string net_devices;                             // UCX_NET_DEVICES, e.g. "lo"; empty: environment/default
   std::chrono::milliseconds timeout{30000};            // every operation's deadline
   std::size_t max_inflight = 1024;                     // operations handed to UCX at once; more wait in a queue
 };
@@ -49,7 +48,8 @@ class UcxTransport final : public runtime::Poller {
   using Completion = asio::any_completion_handler<void(error_code)>;
   using clock = std::chrono::steady_clock;
 
-  UcxTransport(runtime::EventLoop& loop, ConnBuffer& buffer, UcxOptions options);
+  UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext> context, ConnBuffer& buffer,
+               UcxOptions options);
   ~UcxTransport() override;  // closes every endpoint; call on the loop thread
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
@@ -101,6 +101,7 @@ class UcxTransport final : public runtime::Poller {
     ucp_mem_h memh = nullptr;
     std::size_t users = 0;      // operations not yet released
     bool unregistered = false;  // unmap when users drops to 0
+    bool owned = true;          // false: the memory's allocator unmaps it (UcxHostMemory)
   };
 
   static void on_request_done(void* request, ucs_status_t status, void* user_data);
@@ -130,6 +131,7 @@ class UcxTransport final : public runtime::Poller {
   runtime::EventLoop& loop_;
   ConnBuffer& buffer_;
   UcxOptions options_;
+  std::shared_ptr<UcxContext> context_holder_;  // outlives the worker and UCX-allocated buffers
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::map<std::uint64_t, Region> regions_;  // 0 is the session buffer

@@ -1,0 +1,337 @@
+// hmc_bench: HMC measured the way the field measures transfer libraries, written with coroutines
+// on the Session's own loop. `--role loopback` (default) spawns the server side(s) as processes and
+// runs the client; `--role server` / `--role client` run the two sides on two hosts.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_options.hpp"
+#include "hmc/error.hpp"
+#include "hmc/session.hpp"
+
+extern char** environ;
+
+namespace hmc::bench {
+namespace {
+
+namespace asio = runtime::asio;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+const char* const kTests[] = {"put_bw", "get_bw", "put_lat", "get_lat", "batch", "pipeline"};
+constexpr std::uint32_t kFinish = 99;
+constexpr std::size_t kPipelineChunk = 1u << 20;
+
+struct TestSpec {  // client -> server before each test
+  std::uint32_t test;
+  std::uint32_t reserved;
+  std::uint64_t size, iters, depth;
+};
+struct TestDone {  // server -> client after each test
+  double cpu_seconds;
+};
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+std::uint32_t test_id(const std::string& name) {
+  for (std::uint32_t i = 0; i < std::size(kTests); ++i)
+    if (name == kTests[i]) return i;
+  throw std::invalid_argument("unknown test " + name);
+}
+
+std::size_t buffer_for(const Options& o) {
+  const std::size_t biggest = *std::max_element(o.sizes.begin(), o.sizes.end());
+  return std::max<std::size_t>(biggest, 1u << 20);
+}
+
+SessionOptions session_options(const Options& o) {
+  SessionOptions s;
+  s.buffer_size = buffer_for(o);
+  s.progress_mode = o.mode;
+  s.ucx_tls = o.tls;
+  s.ucx_net_devices = o.net_devices;
+  s.timeout = 60s;
+  s.max_inflight = std::max<std::size_t>(1024, o.depth * 2);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------- server
+asio::awaitable<void> echo(Session& s, std::uint32_t client, const TestSpec& spec) {
+  for (std::uint64_t i = 0; i < spec.iters; ++i) {
+    const auto m = co_await s.async_ctrl_recv(client, 60s, asio::use_awaitable);
+    if (spec.test == test_id("put_lat")) co_await s.async_put(client, 0, 0, spec.size, asio::use_awaitable);
+    co_await s.async_ctrl_send(client, m, asio::use_awaitable);
+  }
+}
+
+int run_server(const Options& o) {
+  Session s(session_options(o));
+  s.init_server(o.host, o.port, 0, o.port, o.server_rank);
+  std::printf("READY %u\n", s.ctrl_port());
+  std::fflush(stdout);
+  s.wait_peer(o.rank, 120s);
+  for (;;) {
+    const auto spec = s.async_ctrl_recv(o.rank, 600s, asio::use_future).get().as<TestSpec>();
+    if (spec.test == kFinish) return 0;
+    const double cpu0 = cpu_seconds();
+    s.ctrl_send(o.rank, 1);  // ready: the client starts its clock now
+    if (spec.test == test_id("put_lat")) {
+      asio::co_spawn(s.executor(), echo(s, o.rank, spec), asio::use_future).get();
+    }
+    s.ctrl_recv(o.rank, 600s);  // the client finished
+    s.async_ctrl_send(o.rank, CtrlMessage::from_struct(TestDone{cpu_seconds() - cpu0}), asio::use_future).get();
+  }
+}
+
+// ---------------------------------------------------------------------------------------- client
+struct Result {
+  std::string test;
+  std::size_t size = 0, depth = 0;
+  long iters = 0;
+  double seconds = 0, bw_mbps = 0, msg_rate = 0, p50_us = 0, p99_us = 0, max_us = 0, cpu_s_per_gb = 0;
+};
+
+struct Peer {
+  std::uint32_t rank;
+};
+
+long iterations(const Options& o, const std::string& test, std::size_t size) {
+  if (o.iters > 0) return o.iters;
+  const bool latency = test == "put_lat" || test == "get_lat";
+  const std::size_t budget = latency ? (64u << 20) : (512u << 20);  // bytes moved per measurement
+  const long n = static_cast<long>(budget / size);
+  return std::clamp<long>(n, latency ? 100 : 64, latency ? 10'000 : 100'000);
+}
+
+// One lane: `n` sequential operations, each latency recorded.
+asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t peer, std::size_t size,
+                           std::size_t depth, long n, std::vector<double>& lat) {
+  for (long i = 0; i < n; ++i) {
+    const auto t0 = clock_type::now();
+    if (test == "put_bw") {
+      co_await s.async_put(peer, 0, 0, size, asio::use_awaitable);
+    } else if (test == "get_bw" || test == "get_lat") {
+      co_await s.async_get(peer, 0, 0, size, asio::use_awaitable);
+    } else if (test == "put_lat") {
+      co_await s.async_put(peer, 0, 0, size, asio::use_awaitable);
+      co_await s.async_ctrl_send(peer, CtrlMessage::from_tag(static_cast<std::uint64_t>(i)), asio::use_awaitable);
+      co_await s.async_ctrl_recv(peer, 60s, asio::use_awaitable);  // the peer's data is here too
+    } else if (test == "batch") {
+      std::vector<Segment> segs(depth, Segment{0, 0, size});
+      co_await s.async_put_batch(peer, std::move(segs), asio::use_awaitable);
+    } else {  // pipeline: one range of size * depth bytes cut into chunks, depth in flight
+      co_await s.async_put_pipeline(peer, 0, 0, size, std::min(size, kPipelineChunk), depth, asio::use_awaitable);
+    }
+    lat.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+  }
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+Result measure(Session& s, const std::vector<Peer>& peers, const Options& o, const std::string& test,
+               std::size_t size) {
+  const bool latency = test == "put_lat" || test == "get_lat";
+  const std::size_t lanes = latency || test == "batch" || test == "pipeline" ? 1 : o.depth;
+  const long n = iterations(o, test, size);
+  const long warm = o.warmup > 0 ? o.warmup : std::max<long>(n / 10, 4);
+  const long per_lane = std::max<long>(n / static_cast<long>(lanes), 1);
+  const TestSpec spec{test_id(test), 0, size, static_cast<std::uint64_t>(per_lane + warm), o.depth};
+  for (const auto& p : peers) {
+    s.async_ctrl_send(p.rank, CtrlMessage::from_struct(spec), asio::use_future).get();
+    s.ctrl_recv(p.rank, 60s);
+  }
+  auto run_lanes = [&](long count, std::vector<std::vector<double>>& lat) {
+    std::vector<std::future<void>> done;
+    for (std::size_t l = 0; l < lanes * peers.size(); ++l)
+      done.push_back(asio::co_spawn(s.executor(),
+                                    lane(s, test, peers[l % peers.size()].rank, size, o.depth, count, lat[l]),
+                                    asio::use_future));
+    for (auto& f : done) f.get();
+  };
+  std::vector<std::vector<double>> lat(lanes * peers.size());
+  run_lanes(warm, lat);  // the servers of latency tests echo warm-up rounds too
+  for (auto& v : lat) v.clear();
+  const double cpu0 = cpu_seconds();
+  const auto t0 = clock_type::now();
+  run_lanes(per_lane, lat);
+  const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  double cpu = cpu_seconds() - cpu0;
+  for (const auto& p : peers) {
+    s.ctrl_send(p.rank, 0);
+    cpu += s.async_ctrl_recv(p.rank, 60s, asio::use_future).get().as<TestDone>().cpu_seconds;
+  }
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  Result r;
+  r.test = test;
+  r.size = size;
+  r.depth = lanes == 1 && !latency ? o.depth : lanes;
+  r.iters = per_lane * static_cast<long>(lanes * peers.size());
+  r.seconds = secs;
+  const double per_op_bytes = static_cast<double>(size) * (test == "batch" ? static_cast<double>(o.depth) : 1.0) *
+                              (test == "put_lat" ? 2.0 : 1.0);
+  const double bytes = per_op_bytes * static_cast<double>(r.iters);
+  r.bw_mbps = bytes / secs / 1e6;
+  r.msg_rate = static_cast<double>(r.iters) * (test == "batch" ? static_cast<double>(o.depth) : 1.0) / secs;
+  r.p50_us = percentile(all, 0.50);
+  r.p99_us = percentile(all, 0.99);
+  r.max_us = all.empty() ? 0 : all.back();
+  r.cpu_s_per_gb = cpu / (bytes / 1e9);
+  return r;
+}
+
+std::string human(std::size_t n) {
+  char b[32];
+  if (n >= (1u << 20) && n % (1u << 20) == 0) std::snprintf(b, sizeof b, "%zuM", n >> 20);
+  else if (n >= 1024 && n % 1024 == 0) std::snprintf(b, sizeof b, "%zuK", n >> 10);
+  else std::snprintf(b, sizeof b, "%zu", n);
+  return b;
+}
+
+void write_outputs(const Options& o, const std::vector<Result>& rs) {
+  const std::string mode(runtime::to_string(o.mode));
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    f << "{\"meta\": {\"impl\": \"hmc-cpp\", \"tls\": \"" << (o.tls.empty() ? "default" : o.tls) << "\", \"mode\": \""
+      << mode << "\", \"depth\": " << o.depth << ", \"peers\": " << o.peers << "},\n \"results\": [\n";
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      const auto& r = rs[i];
+      f << "  {\"test\": \"" << r.test << "\", \"size\": " << r.size << ", \"depth\": " << r.depth
+        << ", \"iters\": " << r.iters << ", \"seconds\": " << r.seconds << ", \"bw_mbps\": " << r.bw_mbps
+        << ", \"msg_rate\": " << r.msg_rate << ", \"lat_p50_us\": " << r.p50_us << ", \"lat_p99_us\": " << r.p99_us
+        << ", \"lat_max_us\": " << r.max_us << ", \"cpu_s_per_gb\": " << r.cpu_s_per_gb << "}"
+        << (i + 1 < rs.size() ? ",\n" : "\n");
+    }
+    f << " ]}\n";
+  }
+  if (!o.csv.empty()) {
+    std::ofstream f(o.csv);
+    f << "impl,tls,mode,test,size,depth,iters,seconds,bw_mbps,msg_rate,lat_p50_us,lat_p99_us,lat_max_us,cpu_s_per_gb\n";
+    for (const auto& r : rs)
+      f << "hmc-cpp," << (o.tls.empty() ? "default" : o.tls) << "," << mode << "," << r.test << "," << r.size << ","
+        << r.depth << "," << r.iters << "," << r.seconds << "," << r.bw_mbps << "," << r.msg_rate << "," << r.p50_us
+        << "," << r.p99_us << "," << r.max_us << "," << r.cpu_s_per_gb << "\n";
+  }
+}
+
+int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std::uint16_t>>& servers) {
+  Session s(session_options(o));
+  std::vector<Peer> peers;
+  for (const auto& [rank, port] : servers) {
+    s.connect(rank, o.rank, o.host, port, port);
+    peers.push_back({rank});
+  }
+  if (!o.quiet)
+    std::printf("hmc_bench: %s progress, UCX %s, depth %zu, %zu peer(s)\n",
+                runtime::to_string(o.mode).data(), s.transports(peers.front().rank).c_str(), o.depth, peers.size());
+  std::vector<Result> results;
+  if (!o.quiet)
+    std::printf("%-9s %8s %8s %12s %12s %10s %10s %10s %10s\n", "test", "size", "iters", "MB/s", "msg/s", "p50 us",
+                "p99 us", "max us", "CPU s/GB");
+  const std::size_t total = o.tests.size() * o.sizes.size();
+  std::size_t done = 0;
+  for (const auto& test : o.tests) {
+    for (std::size_t size : o.sizes) {
+      if (!o.quiet) std::fprintf(stderr, "\r[%zu/%zu] %s %s ...      ", ++done, total, test.c_str(), human(size).c_str());
+      Result r = measure(s, peers, o, test, size);
+      if (!o.quiet) {
+        std::fprintf(stderr, "\r%60s\r", "");
+        std::printf("%-9s %8s %8ld %12.1f %12.0f %10.2f %10.2f %10.2f %10.3f\n", r.test.c_str(),
+                    human(r.size).c_str(), r.iters, r.bw_mbps, r.msg_rate, r.p50_us, r.p99_us, r.max_us,
+                    r.cpu_s_per_gb);
+        std::fflush(stdout);
+      }
+      results.push_back(r);
+    }
+  }
+  for (const auto& p : peers)
+    s.async_ctrl_send(p.rank, CtrlMessage::from_struct(TestSpec{kFinish, 0, 0, 0, 0}), asio::use_future).get();
+  write_outputs(o, results);
+  return 0;
+}
+
+// Starts one server process per peer and returns (pid, port) for each.
+std::vector<std::pair<pid_t, std::uint16_t>> spawn_servers(const Options& o) {
+  std::vector<std::pair<pid_t, std::uint16_t>> out;
+  for (std::uint32_t i = 0; i < o.peers; ++i) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    std::vector<std::string> args{o.self, "--role", "server", "--port", "0", "--host", o.host, "--mode",
+                                  std::string(runtime::to_string(o.mode)), "--net-devices", o.net_devices, "--sizes",
+                                  std::to_string(buffer_for(o)), "--rank", std::to_string(o.rank), "--server-rank",
+                                  std::to_string(100 + i)};
+    if (!o.tls.empty()) args.insert(args.end(), {"--tls", o.tls});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, o.self.c_str(), &fa, nullptr, argv.data(), environ) != 0)
+      throw std::runtime_error("cannot start the server process " + o.self);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    FILE* f = fdopen(fds[0], "r");
+    unsigned port = 0;
+    if (f == nullptr || std::fscanf(f, "READY %u", &port) != 1) throw std::runtime_error("server did not start");
+    std::fclose(f);
+    out.emplace_back(pid, static_cast<std::uint16_t>(port));
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace hmc::bench
+
+int main(int argc, char** argv) {
+  using namespace hmc::bench;
+  Options o;
+  try {
+    o = parse_options(argc, argv);
+  } catch (const std::exception& e) {
+    if (*e.what() != '\0') std::fprintf(stderr, "hmc_bench: %s\n", e.what());
+    std::fputs(Options::usage().c_str(), stderr);
+    return 2;
+  }
+  try {
+    if (o.role == "server") return run_server(o);
+    if (o.role == "client") return run_client(o, {{o.server_rank, o.port}});
+    auto servers = spawn_servers(o);
+    std::vector<std::pair<std::uint32_t, std::uint16_t>> ports;
+    for (std::uint32_t i = 0; i < servers.size(); ++i) ports.emplace_back(100 + i, servers[i].second);
+    int rc = 1;
+    try {
+      rc = run_client(o, ports);
+    } catch (...) {
+      for (auto& [pid, port] : servers) ::kill(pid, SIGKILL);
+      throw;
+    }
+    for (auto& [pid, port] : servers) ::waitpid(pid, nullptr, 0);
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hmc_bench: %s\n", e.what());
+    return 1;
+  }
+}
