@@ -28,10 +28,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
 
   // Host buffers come from UCX (shared memory same-host peers map); device buffers from their backend.
   std::shared_ptr<Memory> buffer_memory() const {
-    if (opts.mem_type == MemoryType::CPU || opts.mem_type == MemoryType::DEFAULT) {
-      if (opts.device_id < 0) throw InvalidArgumentError("device_id must be >= 0");
-      return std::make_shared<UcxHostMemory>(ucx_context);
-    }
+    if (opts.mem_type == MemoryType::CPU || opts.mem_type == MemoryType::DEFAULT)
+      return std::make_shared<UcxHostMemory>(ucx_context, opts.device_id);
     return std::shared_ptr<Memory>(Memory::create(opts.mem_type, opts.device_id));
   }
 

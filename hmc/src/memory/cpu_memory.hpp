@@ -4,7 +4,8 @@
 
 namespace hmc::detail {
 
-class CpuMemory final : public Memory {
+// Not final: UcxHostMemory is host memory that UCX allocates.
+class CpuMemory : public Memory {
  public:
   // CPU memory has no devices to choose among; the id is only validated (>= 0) and kept.
   static void check_device(int device_id);

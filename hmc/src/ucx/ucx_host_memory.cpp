@@ -1,6 +1,5 @@
 #include "ucx/ucx_host_memory.hpp"
 
-#include <cstring>
 #include <string>
 
 #include "hmc/error.hpp"
@@ -41,18 +40,6 @@ void UcxHostMemory::free(void* ptr, std::size_t) noexcept {
   }
   const ucs_status_t s = ucp_mem_unmap(context_->get(), memh);
   if (s != UCS_OK) runtime::log().warn("ucp_mem_unmap of the session buffer: {}", ucs_status_string(s));
-}
-
-void UcxHostMemory::copy_host_to_device(void* dst, const void* src, std::size_t n) const {
-  if (n != 0) std::memcpy(dst, src, n);
-}
-
-void UcxHostMemory::copy_device_to_host(void* dst, const void* src, std::size_t n) const {
-  if (n != 0) std::memcpy(dst, src, n);
-}
-
-void UcxHostMemory::copy_device_to_device(void* dst, const void* src, std::size_t n) const {
-  if (n != 0) std::memmove(dst, src, n);
 }
 
 ucp_mem_h UcxHostMemory::memh_of(const void* ptr) const {

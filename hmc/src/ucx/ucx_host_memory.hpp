@@ -6,21 +6,18 @@
 #include <memory>
 #include <mutex>
 
-#include "hmc/memory.hpp"
+#include "memory/cpu_memory.hpp"
 #include "ucx/ucx_context.hpp"
 
 namespace hmc::detail {
 
-class UcxHostMemory final : public Memory {
+class UcxHostMemory final : public CpuMemory {
  public:
-  explicit UcxHostMemory(std::shared_ptr<UcxContext> context) : Memory(0), context_(std::move(context)) {}
+  UcxHostMemory(std::shared_ptr<UcxContext> context, int device_id)
+      : CpuMemory(device_id), context_(std::move(context)) {}
 
-  MemoryType type() const noexcept override { return MemoryType::CPU; }
   void* allocate(std::size_t size) override;
   void free(void* ptr, std::size_t size) noexcept override;
-  void copy_host_to_device(void* dst, const void* src, std::size_t n) const override;
-  void copy_device_to_host(void* dst, const void* src, std::size_t n) const override;
-  void copy_device_to_device(void* dst, const void* src, std::size_t n) const override;
 
   // The registration UCX made when it allocated ptr (nullptr if ptr is not ours).
   ucp_mem_h memh_of(const void* ptr) const;
