@@ -299,21 +299,6 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
 
 }  // namespace detail
 
-namespace {
-
-// Runs f on the loop thread and waits for its result; runs it inline when the loop is not running.
-template <class F>
-auto on_loop_sync(runtime::EventLoop& loop, F f) -> decltype(f()) {
-  if (loop.in_loop_thread() || loop.context().stopped()) return f();
-  std::packaged_task<decltype(f())()> task(std::move(f));
-  auto result = task.get_future();
-  runtime::asio::post(loop.executor(), [&task] { task(); });
-  if (result.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
-    throw TimeoutError("the event loop did not run a control-channel call within 30 s (is it started?)");
-  return result.get();
-}
-
-}  // namespace
 
 CtrlChannel::CtrlChannel(runtime::EventLoop& loop, std::uint32_t self_rank, CtrlOptions options)
     : loop_(loop), impl_(std::make_shared<detail::CtrlChannelImpl>(loop, self_rank, std::move(options))) {}
@@ -323,13 +308,13 @@ CtrlChannel::~CtrlChannel() { close(); }
 std::uint32_t CtrlChannel::rank() const noexcept { return impl_->self_rank; }
 
 void CtrlChannel::set_handlers(CtrlHandlers handlers) {
-  on_loop_sync(loop_, [&] { impl_->handlers = std::move(handlers); });
+  loop_.call([&] { impl_->handlers = std::move(handlers); });
 }
 
 runtime::loop_executor CtrlChannel::executor() const noexcept { return impl_->ex; }
 
 std::uint16_t CtrlChannel::listen(const std::string& bind_ip, std::uint16_t port) {
-  return on_loop_sync(loop_, [&]() -> std::uint16_t {
+  return loop_.call([&]() -> std::uint16_t {
     auto& impl = *impl_;
     if (impl.closed) throw ClosedError("listen on a closed control channel");
     if (impl.tcp_acceptor) throw InvalidArgumentError("control channel is already listening");
@@ -373,11 +358,11 @@ std::uint16_t CtrlChannel::listen(const std::string& bind_ip, std::uint16_t port
 }
 
 std::string CtrlChannel::uds_path() const {
-  return on_loop_sync(loop_, [&] { return impl_->uds_path; });
+  return loop_.call([&] { return impl_->uds_path; });
 }
 
 std::vector<std::uint32_t> CtrlChannel::peers() const {
-  return on_loop_sync(loop_, [&] {
+  return loop_.call([&] {
     std::vector<std::uint32_t> out;
     for (const auto& [rank, peer] : impl_->peers)
       if (impl_->alive(rank)) out.push_back(rank);
@@ -386,14 +371,14 @@ std::vector<std::uint32_t> CtrlChannel::peers() const {
 }
 
 std::string CtrlChannel::transport_of(std::uint32_t rank) const {
-  return on_loop_sync(loop_, [&] {
+  return loop_.call([&] {
     if (!impl_->alive(rank)) throw NotConnectedError("no control connection to rank " + std::to_string(rank));
     return impl_->peers.at(rank)->conn->transport();
   });
 }
 
 void CtrlChannel::disconnect(std::uint32_t rank) {
-  on_loop_sync(loop_, [&] {
+  loop_.call([&] {
     auto it = impl_->peers.find(rank);
     if (it != impl_->peers.end() && it->second->conn)
       it->second->conn->close(make_error_code(Status::CLOSED), "disconnected locally");
@@ -401,7 +386,7 @@ void CtrlChannel::disconnect(std::uint32_t rank) {
 }
 
 void CtrlChannel::close() {
-  on_loop_sync(loop_, [&] { impl_->close_all(); });
+  loop_.call([&] { impl_->close_all(); });
 }
 
 void CtrlChannel::start_connect(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::string host,

@@ -149,17 +149,6 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
 
 namespace {
 
-// Runs f on the loop thread and waits for it (inline when already there or when the loop is stopped).
-template <class F>
-auto on_loop(runtime::EventLoop& loop, F f) -> decltype(f()) {
-  if (loop.in_loop_thread() || loop.context().stopped()) return f();
-  std::packaged_task<decltype(f())()> task(std::move(f));
-  auto result = task.get_future();
-  runtime::asio::post(loop.executor(), [&task] { task(); });
-  result.wait();
-  return result.get();
-}
-
 void forbid_loop_thread(const runtime::EventLoop& loop, const char* what) {
   if (loop.in_loop_thread())
     throw InvalidArgumentError(std::string(what) + " blocks: call it off the HMC loop thread (or co_await async_*)");
@@ -184,7 +173,7 @@ Session::Session(SessionOptions options) {
   loop_ = std::make_unique<runtime::EventLoop>(lo);
   loop_->start();
   impl_ = std::make_shared<detail::SessionImpl>(*loop_, std::move(options));
-  on_loop(*loop_, [&] { impl_->start_on_loop(); });
+  loop_->call([&] { impl_->start_on_loop(); });
 }
 
 Session::~Session() {
@@ -202,18 +191,18 @@ void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, st
   if (rdma_port != 0)
     throw UnsupportedError("rdma_port " + std::to_string(rdma_port) +
                            ": the RDMA verbs transport is unsupported in this build; pass 0 and use UCX");
-  on_loop(*loop_, [&] {
+  loop_->call([&] {
     if (impl_->closed) throw ClosedError("init_server on a closed session");
     impl_->ensure_ctrl(self_id, ctrl_uds_dir);
     impl_->advertised_ip = bind_ip == "0.0.0.0" ? impl_->opts.local_ip : bind_ip;
     impl_->data_port = ucx_port;
   });
   const std::uint16_t bound = impl_->ctrl->listen(bind_ip, ctrl_tcp_port);
-  on_loop(*loop_, [&] { impl_->ctrl_port = bound; });
+  loop_->call([&] { impl_->ctrl_port = bound; });
 }
 
 std::uint16_t Session::ctrl_port() const {
-  return on_loop(*loop_, [&]() -> std::uint16_t {
+  return loop_->call([&]() -> std::uint16_t {
     if (impl_->ctrl_port == 0) throw NotConnectedError("ctrl_port: init_server() was not called");
     return impl_->ctrl_port;
   });
@@ -224,7 +213,7 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
   if (conn == ConnType::RDMA)
     throw UnsupportedError("ConnType::RDMA: the verbs transport is unsupported in this build; use ConnType::UCX");
   forbid_loop_thread(*loop_, "connect");
-  on_loop(*loop_, [&] {
+  loop_->call([&] {
     if (impl_->closed) throw ClosedError("connect on a closed session");
     impl_->ensure_ctrl(self_id, {});
     if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
@@ -239,7 +228,7 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
                                std::to_string(rank) + ", not peer_id " + std::to_string(peer_id));
   }
   wait_peer(rank, o.timeout);
-  on_loop(*loop_, [&] { impl_->by_address[{peer_ip, data_port}] = rank; });
+  loop_->call([&] { impl_->by_address[{peer_ip, data_port}] = rank; });
   return rank;
 }
 
@@ -257,11 +246,11 @@ void Session::wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout) {
 }
 
 std::vector<std::uint32_t> Session::peers() const {
-  return on_loop(*loop_, [&] { return impl_->ucx ? impl_->ucx->ranks() : std::vector<std::uint32_t>{}; });
+  return loop_->call([&] { return impl_->ucx ? impl_->ucx->ranks() : std::vector<std::uint32_t>{}; });
 }
 
 std::uint32_t Session::rank_of(const std::string& ip, std::uint16_t data_port) const {
-  return on_loop(*loop_, [&] {
+  return loop_->call([&] {
     auto it = impl_->by_address.find({ip, data_port});
     if (it == impl_->by_address.end())
       throw NotFoundError("no peer known as " + ip + ":" + std::to_string(data_port));
@@ -270,7 +259,7 @@ std::uint32_t Session::rank_of(const std::string& ip, std::uint16_t data_port) c
 }
 
 std::string Session::transports(std::uint32_t rank) const {
-  return on_loop(*loop_, [&] {
+  return loop_->call([&] {
     if (!impl_->ucx || impl_->ucx->peer(rank) == nullptr)
       throw NotConnectedError("no data connection to rank " + std::to_string(rank));
     return impl_->ucx->transports_in_use(rank);
@@ -296,7 +285,7 @@ void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl
 
 RegisteredMemory Session::register_memory(void* data, std::size_t size, MemoryType type) {
   if (data == nullptr || size == 0) throw InvalidArgumentError("register_memory: null pointer or zero size");
-  const std::uint64_t id = on_loop(*loop_, [&] {
+  const std::uint64_t id = loop_->call([&] {
     if (impl_->closed || !impl_->ucx) throw ClosedError("register_memory on a closed session");
     return impl_->ucx->register_region(data, size, type);
   });
@@ -305,7 +294,7 @@ RegisteredMemory Session::register_memory(void* data, std::size_t size, MemoryTy
 
 void Session::unregister_memory(std::uint64_t id) noexcept {
   try {
-    on_loop(*loop_, [&] {
+    loop_->call([&] {
       if (impl_->ucx) impl_->ucx->unregister_region(id);
     });
   } catch (const std::exception& e) {
@@ -314,7 +303,7 @@ void Session::unregister_memory(std::uint64_t id) noexcept {
 }
 
 std::vector<std::uint32_t> Session::ranks_at(const std::string& ip) const {
-  return on_loop(*loop_, [&] {
+  return loop_->call([&] {
     std::vector<std::uint32_t> out;
     for (const auto& [address, rank] : impl_->by_address)
       if (address.first == ip && impl_->ready.is_ready(rank)) out.push_back(rank);
@@ -461,11 +450,11 @@ std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds t
 }
 
 void Session::disconnect(std::uint32_t peer) {
-  on_loop(*loop_, [&] { impl_->peer_down(peer); });
+  loop_->call([&] { impl_->peer_down(peer); });
 }
 
 void Session::close() {
-  on_loop(*loop_, [&] { impl_->close_on_loop(); });
+  loop_->call([&] { impl_->close_on_loop(); });
 }
 
 }  // namespace hmc

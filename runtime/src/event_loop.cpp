@@ -27,13 +27,16 @@ EventLoop::~EventLoop() {
 
 void EventLoop::start() {
   if (thread_.joinable()) return;
+  running_.store(true);
   thread_ = std::thread([this] { run(); });
 }
 
 void EventLoop::run() {
+  running_.store(true);
   loop_thread_id_.store(std::this_thread::get_id());
   io_.run();
   loop_thread_id_.store(std::thread::id{});
+  running_.store(false);
 }
 
 void EventLoop::stop() {

@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <future>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -92,6 +93,18 @@ TEST(EventLoop, FourThreadsSubmitConcurrentlyInOrderPerThread) {
   loop.stop();
   EXPECT_TRUE(order_ok);
   EXPECT_TRUE(all_on_loop);
+}
+
+TEST(EventLoop, CallRunsOnTheLoopAndReturnsOrRethrows) {
+  EventLoop loop;
+  // No thread runs the loop yet: call() runs inline, nothing else can touch loop state.
+  EXPECT_EQ(loop.call([] { return std::this_thread::get_id(); }), std::this_thread::get_id());
+  loop.start();
+  EXPECT_NE(loop.call([] { return std::this_thread::get_id(); }), std::this_thread::get_id());
+  EXPECT_TRUE(loop.call([&] { return loop.in_loop_thread(); }));
+  EXPECT_THROW(loop.call([]() -> int { throw std::invalid_argument("from the loop"); }), std::invalid_argument);
+  loop.stop();
+  EXPECT_EQ(loop.call([] { return 7; }), 7);  // stopped: inline again, never a hang
 }
 
 TEST(EventLoop, StopIsIdempotentAndDestructorJoins) {

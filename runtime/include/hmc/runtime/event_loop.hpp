@@ -2,6 +2,7 @@
 // One asio::io_context with io_uring as its reactor, run by one owned thread or by the caller.
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string_view>
 #include <thread>
@@ -56,6 +57,17 @@ class EventLoop {
     }
   }
 
+  // Runs f on the loop thread and returns its result (or rethrows its exception), waiting for it;
+  // inline when called on the loop thread or when no thread runs the loop (nothing else can then).
+  template <class F>
+  auto call(F f) -> decltype(f()) {
+    if (in_loop_thread() || !running_.load() || io_.stopped()) return f();
+    std::packaged_task<decltype(f())()> task(std::move(f));
+    auto result = task.get_future();
+    asio::post(io_, [&task] { task(); });
+    return result.get();
+  }
+
   // The reactor Asio was built with: "io_uring" or "epoll".
   static std::string_view backend() noexcept;
   // Whether this build carries the Asio 1.26 io_uring cancel fix (docs/design.md).
@@ -67,6 +79,7 @@ class EventLoop {
   asio::executor_work_guard<executor_type> work_;
   std::thread thread_;
   std::atomic<std::thread::id> loop_thread_id_{};
+  std::atomic<bool> running_{false};  // a thread runs (or is about to run) the loop
 };
 
 }  // namespace hmc::runtime
