@@ -357,6 +357,12 @@ std::uint16_t CtrlChannel::listen(const std::string& bind_ip, std::uint16_t port
   });
 }
 
+void CtrlChannel::deliver(std::uint32_t rank, CtrlMessage message) {
+  loop_.call([&] {
+    if (impl_->alive(rank)) impl_->peers.at(rank)->inbox.push(std::move(message));
+  });
+}
+
 std::string CtrlChannel::uds_path() const {
   return loop_.call([&] { return impl_->uds_path; });
 }

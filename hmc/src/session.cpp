@@ -1,6 +1,9 @@
 #include "hmc/session.hpp"
 
+#include <algorithm>
+#include <array>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "hmc/ctrl_channel.hpp"
@@ -38,6 +41,9 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     ucx->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
       if (auto self = weak.lock()) self->peer_down(rank);
     };
+    ucx->on_message = [weak = weak_from_this()](std::uint32_t rank, std::vector<std::byte> bytes) {
+      if (auto self = weak.lock()) self->fast_message(rank, bytes);
+    };
     ucx->attach();
   }
 
@@ -71,9 +77,42 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     });
   }
 
+  // The control fast path. After its endpoint is up, a sender sends SWITCH on the socket and every
+  // later control message as a UCX active message; the receiver holds active messages that overtake
+  // the SWITCH until it reads it, so the order the sender chose is the order ctrl_recv sees.
+  static constexpr std::array<std::byte, 4> kSwitch{std::byte{'H'}, std::byte{'M'}, std::byte{'C'}, std::byte{'S'}};
+
+  static std::vector<std::byte> encode_fast(const CtrlMessage& m) {
+    std::vector<std::byte> out(1 + m.bytes().size());
+    out[0] = static_cast<std::byte>(m.kind());
+    std::copy(m.bytes().begin(), m.bytes().end(), out.begin() + 1);
+    return out;
+  }
+
+  void fast_message(std::uint32_t rank, const std::vector<std::byte>& bytes) {
+    if (bytes.empty() || !ctrl) return;
+    const auto kind = static_cast<CtrlKind>(std::to_integer<std::uint8_t>(bytes[0]));
+    if (kind != CtrlKind::tag && kind != CtrlKind::bytes) return;
+    CtrlMessage m = CtrlMessage::from_wire(kind, std::vector<std::byte>(bytes.begin() + 1, bytes.end()));
+    if (fast_recv.count(rank) != 0) {
+      ctrl->deliver(rank, std::move(m));
+    } else {
+      fast_early[rank].push_back(std::move(m));
+    }
+  }
+
+  void fast_switch(std::uint32_t rank) {
+    fast_recv.insert(rank);
+    auto early = std::move(fast_early[rank]);
+    fast_early.erase(rank);
+    for (auto& m : early) ctrl->deliver(rank, std::move(m));
+  }
+
   // The peer's UCX info arrived (before any later control message of theirs): create the endpoint.
   void peer_info(std::uint32_t rank, const CtrlMessage& m) {
     if (closed || !ucx) return;
+    if (m.bytes().size() == kSwitch.size() && std::equal(kSwitch.begin(), kSwitch.end(), m.bytes().begin()))
+      return fast_switch(rank);
     UcxPeerInfo info;
     std::string why = UcxPeerInfo::decode(m.bytes(), info);
     if (why.empty() && info.rank != rank) why = "peer info names rank " + std::to_string(info.rank);
@@ -85,10 +124,17 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     }
     by_address[{info.address_ip, info.data_port}] = rank;
     ready.set(rank);
+    if (opts.fast_ctrl) {
+      ctrl->async_send(rank, CtrlMessage::from_transport(kSwitch), [](std::exception_ptr) {});
+      fast_send.insert(rank);  // every later ctrl_send to rank: sent after the SWITCH, over UCX
+    }
   }
 
   void peer_down(std::uint32_t rank) {
     ready.fail(rank, make_error_code(Status::PEER_LOST));
+    fast_send.erase(rank);
+    fast_recv.erase(rank);
+    fast_early.erase(rank);
     if (ucx) ucx->remove_peer(rank, make_error_code(Status::PEER_LOST));
     if (ctrl) ctrl->disconnect(rank);
   }
@@ -139,6 +185,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::unique_ptr<UcxTransport> ucx;
   runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable UCX endpoint
   std::map<std::pair<std::string, std::uint16_t>, std::uint32_t> by_address;
+  std::set<std::uint32_t> fast_send, fast_recv;             // ranks whose control messages use UCX
+  std::map<std::uint32_t, std::vector<CtrlMessage>> fast_early;  // UCX messages that overtook the SWITCH
   std::string advertised_ip;
   std::uint16_t data_port = 0;
   std::uint16_t ctrl_port = 0;
@@ -279,7 +327,7 @@ void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl
     const auto target = runtime::asio::get_associated_executor(h, ex);
     runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
   };
-  impl->ucx->submit(detail::RmaRequest{peer, is_put, region, std::move(segments), pipeline ? chunk : 0, window},
+  impl->ucx->submit(detail::RmaRequest{peer, is_put, region, std::move(segments), pipeline ? chunk : 0, window, {}},
                     std::move(done));
 }
 
@@ -421,6 +469,26 @@ void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, 
         impl->loop.executor(), std::move(h),
         impl->closed ? std::make_exception_ptr(ClosedError("ctrl_send on a closed session"))
                      : std::make_exception_ptr(NotConnectedError("ctrl_send: init_server() or connect() first")));
+  if (impl->fast_send.count(peer) != 0 && impl->ucx) {
+    if (m.bytes().size() > impl->opts.ctrl.max_frame_length)
+      return runtime::complete_later(
+          impl->loop.executor(), std::move(h),
+          std::make_exception_ptr(InvalidArgumentError("ctrl_send: " + std::to_string(m.bytes().size()) +
+                                                       " bytes exceed the maximum control message of " +
+                                                       std::to_string(impl->opts.ctrl.max_frame_length))));
+    const auto ex = impl->loop.executor();
+    auto done = [ex, h = std::move(h), peer](runtime::error_code ec) mutable {
+      std::exception_ptr e;
+      if (ec) e = make_error(ec, "ctrl_send to rank " + std::to_string(peer));
+      const auto target = runtime::asio::get_associated_executor(h, ex);  // before h is moved from
+      runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
+    };
+    detail::RmaRequest request;
+    request.rank = peer;
+    request.is_put = false;
+    request.message = detail::SessionImpl::encode_fast(m);
+    return impl->ucx->submit(std::move(request), std::move(done));
+  }
   impl->ctrl->async_send(peer, std::move(m), std::move(h));
 }
 

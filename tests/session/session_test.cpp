@@ -255,6 +255,35 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{"shm", runtime::ProgressMode::event}, Param{"shm", runtime::ProgressMode::poll}),
     [](const auto& p) { return std::string(p.param.tls) + "_" + std::string(runtime::to_string(p.param.mode)); });
 
+TEST(SessionFastCtrl, TagsSentAcrossTheSwitchToUcxArriveInOrder) {
+  const std::string dir = test::temp_dir();
+  Session server(test::session_options("shm", runtime::ProgressMode::event, 1u << 20, dir));
+  server.init_server("127.0.0.1", 1, 0, 0, 0, dir);
+  constexpr std::uint64_t kTags = 3000;
+  // The server sends from the moment the control connection exists: the first tags go over the
+  // socket, the rest over UCX once its endpoint is up. The client must see them all in order.
+  std::thread sender([&] {
+    std::uint64_t next = 0;
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (next < kTags && std::chrono::steady_clock::now() < until) {
+      try {
+        server.ctrl_send(1, next);
+        ++next;
+      } catch (const NotConnectedError&) {
+        std::this_thread::yield();  // the client is not connected yet
+      }
+    }
+  });
+  Session client(test::session_options("shm", runtime::ProgressMode::event, 1u << 20, dir));
+  client.connect(0, 1, "127.0.0.1", 1, server.ctrl_port());
+  std::uint64_t out_of_order = 0;
+  for (std::uint64_t i = 0; i < kTags; ++i)
+    if (client.ctrl_recv(0, 20s) != i) ++out_of_order;
+  sender.join();
+  EXPECT_EQ(out_of_order, 0u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SessionLarge, BuffersOfFourGiBAndMoreUse64BitOffsets) {
   const std::string dir = test::temp_dir();
   const std::size_t big = (5ull << 30);

@@ -85,6 +85,10 @@ class CtrlChannel {
         [impl = impl_, rank, timeout](recv_handler h) mutable { start_recv(impl, rank, timeout, std::move(h)); });
   }
 
+  // Hands a message that arrived by another path (the Session's UCX fast path) to rank's inbox,
+  // behind everything already received from it. Dropped when rank is not connected.
+  void deliver(std::uint32_t rank, CtrlMessage message);
+
   // Ranks with a live connection.
   std::vector<std::uint32_t> peers() const;
   // "tcp" or "uds" for a connected peer; NotConnectedError otherwise.

@@ -41,6 +41,7 @@ struct SessionOptions {
   std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
   std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
+  bool fast_ctrl = true;  // once a peer's UCX endpoint is up, send control messages as UCX active messages
   CtrlOptions ctrl = CtrlOptions::from_env();
 };
 

@@ -19,7 +19,7 @@ std::shared_ptr<UcxContext> UcxContext::create(const std::string& tls, const std
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   std::shared_ptr<UcxContext> ctx(new UcxContext());
   const ucs_status_t s = ucp_init(&params, config, &ctx->context_);
   ucp_config_release(config);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 
 #include "hmc/error.hpp"
@@ -80,7 +81,13 @@ struct UcxTransport::Op {
   bool in_deadline_list = false;
   bool released = false;
   bool orphaned = false;  // its peer was removed: no longer counts against max_inflight
+  std::vector<std::byte> message;   // an active message (ctrl fast path)
+  std::uint32_t header = 0;         // its header (the sender's rank), alive until completion
 };
+
+namespace {
+constexpr unsigned kCtrlMessageId = 1;  // the active-message id HMC's control messages use
+}
 
 UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext> context, ConnBuffer& buffer,
                            UcxOptions options)
@@ -95,6 +102,12 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext>
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop thread touches the worker
   check_ucs(ucp_worker_create(context_, &wp, &worker_), "ucp_worker_create");
   check_ucs(ucp_worker_get_efd(worker_, &efd_), "ucp_worker_get_efd");
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kCtrlMessageId;
+  hp.cb = &UcxTransport::on_active_message;
+  hp.arg = this;
+  check_ucs(ucp_worker_set_am_recv_handler(worker_, &hp), "ucp_worker_set_am_recv_handler");
   host_id_ = UcxPeerInfo::local_host_id();
 
   ucp_address_t* address = nullptr;
@@ -152,7 +165,8 @@ UcxTransport::~UcxTransport() {
 
 void UcxTransport::attach() { poller_ = loop_.attach(*this); }
 
-UcxPeerInfo UcxTransport::local_info(std::uint32_t self_rank, const std::string& ip, std::uint16_t data_port) const {
+UcxPeerInfo UcxTransport::local_info(std::uint32_t self_rank, const std::string& ip, std::uint16_t data_port) {
+  self_rank_ = self_rank;
   UcxPeerInfo info;
   info.rank = self_rank;
   info.buffer_base = reinterpret_cast<std::uintptr_t>(buffer_.data());
@@ -305,6 +319,7 @@ UcxTransport::Op* UcxTransport::new_op(RmaRequest request, Completion done) {
   op->chunk = request.chunk;
   op->window = request.window;
   op->segments = std::move(request.segments);
+  op->message = std::move(request.message);
   op->done.emplace(std::move(done));
   ++regions_.at(op->region).users;
   ++live_ops_;
@@ -368,7 +383,9 @@ void UcxTransport::start(Op* op) {
     maybe_release(op);
     return;
   }
-  if (op->pipeline) {
+  if (!op->message.empty()) {
+    issue_message(op);
+  } else if (op->pipeline) {
     issue_pipeline_chunks(op);
   } else {
     issue_segments(op);
@@ -405,6 +422,39 @@ bool UcxTransport::issue_one(Op* op, const Segment& s, bool with_callback) {
     ucp_request_free(r);  // no callback: completion is observed through the endpoint flush
   }
   return true;
+}
+
+void UcxTransport::issue_message(Op* op) {
+  Peer& p = *peers_.at(op->rank);
+  op->header = self_rank_;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &UcxTransport::on_request_done;
+  param.user_data = op;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;  // the receiver gets the data in its callback, in order
+  ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kCtrlMessageId, &op->header, sizeof op->header, op->message.data(),
+                                       op->message.size(), &param);
+  if (r == nullptr) return;
+  if (UCS_PTR_IS_ERR(r)) {
+    if (!op->status) op->status = from_ucs(UCS_PTR_STATUS(r));
+    return;
+  }
+  ++op->outstanding;
+}
+
+ucs_status_t UcxTransport::on_active_message(void* arg, const void* header, std::size_t header_length, void* data,
+                                             std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  // Eager data is readable during this callback (we copy it); only rendezvous would need a receive.
+  if (header_length != sizeof(std::uint32_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    log().error("ucx: dropped a malformed control active message ({} header bytes)", header_length);
+    return UCS_OK;
+  }
+  std::uint32_t rank = 0;
+  std::memcpy(&rank, header, sizeof rank);
+  const auto* bytes = static_cast<const std::byte*>(data);
+  self->received_messages_.emplace_back(rank, std::vector<std::byte>(bytes, bytes + length));
+  return UCS_OK;  // copied: UCX may reuse the data
 }
 
 void UcxTransport::issue_segments(Op* op) {
@@ -528,7 +578,8 @@ void UcxTransport::expire_deadlines() {
 
 bool UcxTransport::progress() {
   const unsigned n = ucp_worker_progress(worker_);
-  const bool had = !done_requests_.empty() || !done_flushes_.empty() || !done_closes_.empty() || !failed_peers_.empty();
+  const bool had = !done_requests_.empty() || !done_flushes_.empty() || !done_closes_.empty() ||
+                   !failed_peers_.empty() || !received_messages_.empty();
   process_completions();
   return n != 0 || had;
 }
@@ -542,7 +593,12 @@ runtime::ArmResult UcxTransport::try_arm() {
 
 void UcxTransport::process_completions() {
   // UCX callbacks only record; the work happens here, outside ucp_worker_progress.
-  while (!done_requests_.empty() || !done_flushes_.empty() || !done_closes_.empty() || !failed_peers_.empty()) {
+  while (!done_requests_.empty() || !done_flushes_.empty() || !done_closes_.empty() || !failed_peers_.empty() ||
+         !received_messages_.empty()) {
+    auto messages = std::move(received_messages_);
+    received_messages_.clear();
+    for (auto& [rank, bytes] : messages)
+      if (on_message) on_message(rank, std::move(bytes));
     auto requests = std::move(done_requests_);
     done_requests_.clear();
     for (auto [op, status] : requests) {

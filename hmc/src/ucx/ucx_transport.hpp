@@ -41,6 +41,7 @@ struct RmaRequest {
   std::vector<Segment> segments;
   std::size_t chunk = 0;
   std::size_t window = 0;
+  std::vector<std::byte> message;  // non-empty: an active message to rank instead of RMA
 };
 
 class UcxTransport final : public runtime::Poller {
@@ -64,7 +65,7 @@ class UcxTransport final : public runtime::Poller {
   bool has_pending() const override { return live_ops_ != 0 || !closing_.empty(); }
 
   // This side's bootstrap message for a peer.
-  UcxPeerInfo local_info(std::uint32_t self_rank, const std::string& ip, std::uint16_t data_port) const;
+  UcxPeerInfo local_info(std::uint32_t self_rank, const std::string& ip, std::uint16_t data_port);
 
   // Creates the endpoint and unpacks the rkey; false with `why` when UCX refuses.
   bool add_peer(const UcxPeerInfo& info, std::string& why);
@@ -79,6 +80,9 @@ class UcxTransport final : public runtime::Poller {
   // Validated by the caller. A put completes when the bytes are visible in the peer's buffer
   // (puts, then one endpoint flush); a get when they are in the local region.
   void submit(RmaRequest request, Completion done);
+
+  // Active messages from peers (the control fast path), delivered on the loop outside UCX callbacks.
+  std::function<void(std::uint32_t rank, std::vector<std::byte> message)> on_message;
 
   // Registers user memory as a local source/destination (no staging copy); returns its region id.
   std::uint64_t register_region(void* base, std::size_t size, MemoryType type);
@@ -108,6 +112,9 @@ class UcxTransport final : public runtime::Poller {
   static void on_flush_done(void* request, ucs_status_t status, void* user_data);
   static void on_close_done(void* request, ucs_status_t status, void* user_data);
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  static ucs_status_t on_active_message(void* arg, const void* header, std::size_t header_length, void* data,
+                                        std::size_t length, const ucp_am_recv_param_t* param);
+  void issue_message(Op* op);
 
   Op* new_op(RmaRequest request, Completion done);
   void enqueue(Op* op);
@@ -155,6 +162,8 @@ class UcxTransport final : public runtime::Poller {
   std::vector<std::pair<FlushBatch*, ucs_status_t>> done_flushes_;
   std::vector<std::pair<Peer*, ucs_status_t>> done_closes_;
   std::vector<std::pair<Peer*, ucs_status_t>> failed_peers_;
+  std::vector<std::pair<std::uint32_t, std::vector<std::byte>>> received_messages_;
+  std::uint32_t self_rank_ = 0;  // sent as the header of every active message
   std::size_t live_ops_ = 0;
   std::size_t started_ops_ = 0;
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // posted lambdas check it: the transport may be gone
