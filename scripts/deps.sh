@@ -6,7 +6,7 @@ packages=(
   g++ cmake ninja-build pkg-config
   libboost1.81-dev liburing-dev libucx-dev ucx-utils libibverbs-dev librdmacm-dev
   libspdlog-dev libgtest-dev pybind11-dev python3-dev python3-numpy python3-pytest libamdhip64-dev
-  python3-torch python3-pip python3-venv python3-setuptools python3-wheel
+  python3-torch python3-pip python3-venv python3-setuptools python3-wheel python3-matplotlib
   iproute2
 )
 
