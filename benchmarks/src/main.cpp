@@ -135,7 +135,7 @@ asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t pe
     } else if (test == "batch") {
       std::vector<Segment> segs(depth, Segment{0, 0, size});
       co_await s.async_put_batch(peer, std::move(segs), asio::use_awaitable);
-    } else {  // pipeline: one range of size * depth bytes cut into chunks, depth in flight
+    } else {  // pipeline: one range of `size` bytes cut into 1 MiB chunks, `depth` chunks in flight
       co_await s.async_put_pipeline(peer, 0, 0, size, std::min(size, kPipelineChunk), depth, asio::use_awaitable);
     }
     lat.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
