@@ -197,6 +197,18 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
 
 namespace {
 
+// A transport completion for the caller: the typed exception (its text built only on failure, so
+// nothing is allocated on the hot path), then the handler run on its own executor.
+template <class Context>
+detail::UcxTransport::Completion to_caller(runtime::loop_executor ex, Session::handler h, Context context) {
+  return [ex, h = std::move(h), context](runtime::error_code ec) mutable {
+    std::exception_ptr e;
+    if (ec) e = make_error(ec, context());
+    const auto target = runtime::asio::get_associated_executor(h, ex);  // before h is moved from
+    runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
+  };
+}
+
 void forbid_loop_thread(const runtime::EventLoop& loop, const char* what) {
   if (loop.in_loop_thread())
     throw InvalidArgumentError(std::string(what) + " blocks: call it off the HMC loop thread (or co_await async_*)");
@@ -320,15 +332,10 @@ void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl
   const auto ex = impl->loop.executor();
   if (auto error = impl->validate(is_put, peer, region, segments, chunk, window, pipeline))
     return runtime::complete_later(ex, std::move(h), error);
-  // The error text is built only on failure: nothing is allocated for it on the hot path.
-  auto done = [ex, h = std::move(h), is_put, peer](runtime::error_code ec) mutable {
-    std::exception_ptr e;
-    if (ec) e = make_error(ec, std::string(is_put ? "put to rank " : "get from rank ") + std::to_string(peer));
-    const auto target = runtime::asio::get_associated_executor(h, ex);
-    runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
-  };
   impl->ucx->submit(detail::RmaRequest{peer, is_put, region, std::move(segments), pipeline ? chunk : 0, window, {}},
-                    std::move(done));
+                    to_caller(ex, std::move(h), [is_put, peer] {
+                      return std::string(is_put ? "put to rank " : "get from rank ") + std::to_string(peer);
+                    }));
 }
 
 RegisteredMemory Session::register_memory(void* data, std::size_t size, MemoryType type) {
@@ -476,18 +483,13 @@ void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, 
           std::make_exception_ptr(InvalidArgumentError("ctrl_send: " + std::to_string(m.bytes().size()) +
                                                        " bytes exceed the maximum control message of " +
                                                        std::to_string(impl->opts.ctrl.max_frame_length))));
-    const auto ex = impl->loop.executor();
-    auto done = [ex, h = std::move(h), peer](runtime::error_code ec) mutable {
-      std::exception_ptr e;
-      if (ec) e = make_error(ec, "ctrl_send to rank " + std::to_string(peer));
-      const auto target = runtime::asio::get_associated_executor(h, ex);  // before h is moved from
-      runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
-    };
     detail::RmaRequest request;
     request.rank = peer;
     request.is_put = false;
     request.message = detail::SessionImpl::encode_fast(m);
-    return impl->ucx->submit(std::move(request), std::move(done));
+    return impl->ucx->submit(std::move(request), to_caller(impl->loop.executor(), std::move(h), [peer] {
+                               return "ctrl_send to rank " + std::to_string(peer);
+                             }));
   }
   impl->ctrl->async_send(peer, std::move(m), std::move(h));
 }
