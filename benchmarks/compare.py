@@ -25,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "python"))
+from bench_units import human, parse_sizes  # noqa: E402 - after the path
+
 ROOT = Path(__file__).resolve().parents[1]
 FULL_SIZES = "8,64,512,4K,64K,256K,1M,4M,16M"
 QUICK_SIZES = "8,64K,1M"
@@ -43,26 +46,6 @@ PY_TARGET = 0.80          # Python asyncio 1 MiB put bandwidth vs C++
 
 
 # --------------------------------------------------------------------------------------- helpers
-def parse_size(text):
-    units = {"": 1, "B": 1, "K": 1 << 10, "KiB": 1 << 10, "M": 1 << 20, "MiB": 1 << 20, "G": 1 << 30, "GiB": 1 << 30}
-    m = re.fullmatch(r"(\d+)([A-Za-z]*)", text.strip())
-    if not m or m.group(2) not in units:
-        raise argparse.ArgumentTypeError(f"size '{text}': use a number with B, K, M or G")
-    return int(m.group(1)) * units[m.group(2)]
-
-
-def parse_sizes(text):
-    return [parse_size(t) for t in text.split(",") if t.strip()]
-
-
-def human(n):
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20}M"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n >> 10}K"
-    return str(n)
-
-
 def iterations(test, size, scale):
     """Operations per measurement: 256 MiB moved (bandwidth) or 16 MiB (latency), clamped to
     32..20000 (bandwidth) or 50..2000 (latency), times --iter-scale. Fewer than hmc_bench's own

@@ -24,6 +24,7 @@ import sys
 import time
 
 import hmc
+from bench_units import human, parse_sizes
 
 TESTS = ("put_bw", "get_bw", "put_lat", "get_lat")
 SERVER_RANK = 100
@@ -31,25 +32,6 @@ DONE = "done"
 
 
 # ------------------------------------------------------------------------------------------ options
-def parse_size(text):
-    units = {"": 1, "B": 1, "K": 1 << 10, "KiB": 1 << 10, "M": 1 << 20, "MiB": 1 << 20, "G": 1 << 30, "GiB": 1 << 30}
-    digits = len(text) - len(text.lstrip("0123456789"))
-    if digits == 0 or text[digits:] not in units:
-        raise argparse.ArgumentTypeError(f"size '{text}': use a number with B, K, M or G")
-    return int(text[:digits]) * units[text[digits:]]
-
-
-def parse_sizes(text):
-    if ":" in text:
-        lo, hi = (parse_size(t) for t in text.split(":", 1))
-        out = []
-        while lo <= hi:
-            out.append(lo)
-            lo *= 2
-        return out
-    return [parse_size(t) for t in text.split(",") if t]
-
-
 def parse_tests(text):
     tests = [t for t in text.split(",") if t]
     for t in tests:
@@ -98,14 +80,6 @@ def iterations(o, test, size):
     latency = test in ("put_lat", "get_lat")
     n = ((64 << 20) if latency else (512 << 20)) // size
     return max(100, min(n, 10_000)) if latency else max(64, min(n, 100_000))
-
-
-def human(n):
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20}M"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n >> 10}K"
-    return str(n)
 
 
 # ------------------------------------------------------------------------------------------- server
