@@ -3,6 +3,7 @@ find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(Boost 1.81 REQUIRED CONFIG COMPONENTS headers)
 find_package(spdlog REQUIRED CONFIG)
+find_package(OpenSSL 3 REQUIRED)  # libcrypto: HMAC-SHA256 for peer authentication; libssl: TLS
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)

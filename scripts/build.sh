@@ -5,7 +5,14 @@ cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
 mkdir -p "$dir"
-cmake -S . -B "$dir" -G Ninja -DHMC_WERROR=ON "$@" >"$dir/configure.log" 2>&1 ||
+# ccache (when installed) makes rebuilds and the second build of scripts/test cheap; paths under
+# the checkout are hashed relative to it, so clones and worktrees share the cache.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$dir" -G Ninja -DHMC_WERROR=ON "${launcher[@]}" "$@" >"$dir/configure.log" 2>&1 ||
   { cat "$dir/configure.log"; exit 1; }
 grep -A15 "HMC .* configuration" "$dir/configure.log" | sed 's/^-- //'
 ninja -C "$dir" ${HMC_BUILD_TARGETS:-} | grep -vE '^\[[0-9]+/[0-9]+\] (Building|Linking)' || true

@@ -20,6 +20,7 @@ std::exception_ptr make_error(const boost::system::error_code& ec, const std::st
     case Status::PROTOCOL_ERROR: return std::make_exception_ptr(ProtocolError(what));
     case Status::CANCELLED: return std::make_exception_ptr(CancelledError(what));
     case Status::CLOSED: return std::make_exception_ptr(ClosedError(what));
+    case Status::AUTH_FAILED: return std::make_exception_ptr(AuthenticationError(what));
     case Status::ERROR: break;
   }
   return std::make_exception_ptr(Error(Status::ERROR, what));

@@ -29,6 +29,7 @@ std::string_view to_string(Status s) noexcept {
     case Status::PROTOCOL_ERROR: return "protocol error";
     case Status::CANCELLED: return "cancelled";
     case Status::CLOSED: return "closed";
+    case Status::AUTH_FAILED: return "authentication failed";
   }
   return "unknown status";
 }

@@ -16,6 +16,7 @@ class Status(enum.IntEnum):
     PROTOCOL_ERROR = 10
     CANCELLED = 11
     CLOSED = 12
+    AUTH_FAILED = 13
 
 
 class MemoryType(enum.IntEnum):

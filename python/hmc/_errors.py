@@ -54,6 +54,10 @@ class ClosedError(HMCError):
     status = Status.CLOSED
 
 
+class AuthenticationError(HMCError, PermissionError):
+    status = Status.AUTH_FAILED
+
+
 _BY_STATUS = {cls.status: cls for cls in HMCError.__subclasses__()}
 
 

@@ -21,6 +21,7 @@ enum class Status : int {
   PROTOCOL_ERROR = 10,   // malformed or unexpected frame
   CANCELLED = 11,        // the waiter cancelled the operation
   CLOSED = 12,           // the session/channel was closed
+  AUTH_FAILED = 13,      // the peer could not prove it holds the shared key (or we could not)
 };
 
 std::string_view to_string(Status s) noexcept;
