@@ -2,15 +2,8 @@
 // nothing is posted after it, the loop goes idle again and addresses never reach the wrong peer.
 #include <gtest/gtest.h>
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <future>
-#include <iterator>
-#include <sstream>
 #include <thread>
 
 #include "session_test_util.hpp"
@@ -45,33 +38,6 @@ struct Fixture {
     return c;
   }
 };
-
-// The loop thread's id, then its voluntary context switches and CPU time from /proc.
-pid_t loop_thread(Session& s) {
-  std::promise<pid_t> tid;
-  asio::post(s.executor(), [&] { tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid))); });
-  return tid.get_future().get();
-}
-
-long wakeups(pid_t tid) {
-  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
-  return -1;
-}
-
-double cpu_seconds(pid_t tid) {
-  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
 
 // Issue 8.1: chunks of a pipeline that complete after their peer was removed used to post the next
 // chunk through peers_.at(rank): std::out_of_range escaped the poller and terminated the process.
@@ -135,16 +101,12 @@ TEST(SessionFailure, LoopGoesIdleAfterAPeerIsLostWithGetsInFlight) {
     } catch (const Error&) {
     }
   }
-  const pid_t tid = loop_thread(*client);
+  test::LoopThread loop(*client);
   std::this_thread::sleep_for(300ms);  // the peer's removal and endpoint close settle
-  const long w0 = wakeups(tid);
-  const double c0 = cpu_seconds(tid);
-  std::this_thread::sleep_for(1s);
-  const long woke = wakeups(tid) - w0;
-  const double cpu = cpu_seconds(tid) - c0;
-  std::printf("loop thread after the peer loss: %ld wakeups/s, %.1f%% of a core\n", woke, cpu * 100.0);
-  EXPECT_LT(woke, 50) << "the loop keeps waking up with nothing to do";
-  EXPECT_LT(cpu, 0.05);
+  const auto idle = loop.measure(1s);
+  std::printf("loop thread after the peer loss: %ld wakeups/s, %.1f%% of a core\n", idle.wakeups, idle.cpu * 100.0);
+  EXPECT_LT(idle.wakeups, 50) << "the loop keeps waking up with nothing to do";
+  EXPECT_LT(idle.cpu, 0.05);
 }
 
 // Issue 8.9: a RegisteredMemory names a region of the session that made it; another session must
