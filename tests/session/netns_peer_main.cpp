@@ -1,8 +1,10 @@
 // One side of the two-namespace test (run under `ip netns exec`): verified puts and tags both ways
 // with default UCX transports in event mode, then the process's CPU time.
-//   hmc_netns_peer server <bind_ip> <ctrl_port> <data_port> <rounds> <uds_dir>
-//   hmc_netns_peer client <server_ip> <ctrl_port> <data_port> <rounds> <uds_dir> <local_ip>
+//   hmc_netns_peer server <bind_ip> <ctrl_port> <data_port> <rounds> <uds_dir> [linger_s]
+//   hmc_netns_peer client <server_ip> <ctrl_port> <data_port> <rounds> <uds_dir> <local_ip> [linger_s]
 // Prints "READY <transports or listening>" once connected/listening, then "OK cpu_ms=<n> wall_ms=<n>".
+// With linger_s, it then waits that long for the peer and prints "LOST" when it is declared lost
+// (or "QUIET" when not).
 #include <sys/resource.h>
 
 #include <chrono>
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
     auto o = hmc::test::session_options("", hmc::runtime::ProgressMode::event, 1u << 20, argv[6]);
     o.ucx_net_devices.clear();  // the namespace's own veth (and lo)
     o.timeout = 10s;
+    if (const char* ka = std::getenv("HMC_TEST_UCX_KEEPALIVE_MS")) o.ucx_keepalive = std::chrono::milliseconds(std::atoll(ka));
     if (role == "client") o.local_ip = argv[7];
     const auto start = std::chrono::steady_clock::now();
     const double cpu0 = cpu_ms();
@@ -78,6 +81,18 @@ int main(int argc, char** argv) {
     const auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
     std::printf("OK cpu_ms=%.0f wall_ms=%lld\n", cpu_ms() - cpu0, static_cast<long long>(wall.count()));
     std::fflush(stdout);
+    const int linger_arg = role == "server" ? 7 : 8;
+    if (argc > linger_arg) {
+      try {
+        s.ctrl_recv(role == "server" ? 1 : 0, std::chrono::seconds(std::atoi(argv[linger_arg])));
+        std::printf("MESSAGE\n");
+      } catch (const hmc::PeerLostError&) {
+        std::printf("LOST\n");
+      } catch (const hmc::TimeoutError&) {
+        std::printf("QUIET\n");
+      }
+      std::fflush(stdout);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::printf("FAIL %s\n", e.what());

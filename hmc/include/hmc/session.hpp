@@ -43,8 +43,10 @@ struct SessionOptions {
   std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
   std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
-  // UCX keepalive for peers without shared memory (UCX_KEEPALIVE_INTERVAL and the tcp transport's
-  // socket keepalive, docs/design.md "Failure model"); zero keeps UCX's defaults and UCX_* variables.
+  // How long an idle peer without shared memory may stay silent before UCX declares it lost (the
+  // tcp transport's socket keepalive: this, then 3 probes a fifth of it apart; with data in flight,
+  // or on the side that did not open the connection, see docs/design.md "Failure model").
+  // Zero keeps UCX's defaults and UCX_* variables.
   std::chrono::milliseconds ucx_keepalive{10000};
   bool fast_ctrl = true;  // once a peer's UCX endpoint is up, send control messages as UCX active messages
   CtrlOptions ctrl = CtrlOptions::from_env();

@@ -27,14 +27,16 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   if (!options.tls.empty()) settings.emplace_back("TLS", options.tls);
   if (!options.net_devices.empty()) settings.emplace_back("NET_DEVICES", options.net_devices);
   if (options.keepalive.count() > 0) {
-    // UCX probes endpoints in peer-failure mode every interval; the tcp transport's socket
-    // keepalive gives up on an idle connection after KEEPIDLE + KEEPCNT * KEEPINTVL without an
-    // answer (docs/design.md "Failure model" says what either can and cannot see).
-    settings.emplace_back("KEEPALIVE_INTERVAL", seconds(options.keepalive));
-    if (may_use_tcp(options.tls)) {  // UCX warns about settings no transport takes
+    if (may_use_tcp(options.tls)) {
+      // UCX's own keepalive sends a message: on tcp that data, unacknowledged by a silent peer,
+      // stops the kernel's keepalive probes (retransmissions take ~15 min instead). So on tcp the
+      // socket keepalive of the connection UCX opened does the work; docs/design.md "Failure model".
+      settings.emplace_back("KEEPALIVE_INTERVAL", "inf");
       settings.emplace_back("KEEPIDLE", seconds(options.keepalive));
       settings.emplace_back("KEEPINTVL", seconds(std::max(std::chrono::milliseconds(1000), options.keepalive / 5)));
       settings.emplace_back("KEEPCNT", "3");
+    } else {
+      settings.emplace_back("KEEPALIVE_INTERVAL", seconds(options.keepalive));
     }
   }
   for (const auto& [name, value] : settings) {

@@ -13,8 +13,9 @@ namespace hmc::detail {
 struct UcxContextOptions {
   std::string tls;          // UCX_TLS for this context; empty keeps the environment's
   std::string net_devices;  // UCX_NET_DEVICES; empty keeps the environment's
-  // UCX keepalive for endpoints in peer-failure mode (UCX_KEEPALIVE_INTERVAL and the tcp
-  // transport's TCP_KEEPIDLE/KEEPINTVL/KEEPCNT); zero keeps UCX's defaults and the environment's.
+  // How long a silent peer in peer-failure mode may go unnoticed: the tcp transport's socket
+  // keepalive (UCX_TCP_KEEPIDLE/KEEPINTVL/KEEPCNT), else UCX_KEEPALIVE_INTERVAL; zero keeps UCX's
+  // defaults and the environment's.
   std::chrono::milliseconds keepalive{0};
 };
 
