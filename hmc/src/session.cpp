@@ -143,6 +143,21 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     if (ctrl) ctrl->disconnect(rank);
   }
 
+  // After a connect() to `ip`: the peer must serve the data port the caller named (the reference
+  // API names peers by (ip, data_port); another port would make later lookups miss or, worse, hit
+  // another peer), and it is known by that ip from now on.
+  void connected(std::uint32_t rank, const std::string& ip, std::optional<std::uint16_t> port) {
+    const PeerRecord* p = transport ? transport->peer(rank) : nullptr;
+    if (p == nullptr) throw PeerLostError("connect to " + ip + ": rank " + std::to_string(rank) + " went away");
+    if (port && p->data_port != *port) {
+      const std::uint16_t served = p->data_port;
+      peer_down(rank);
+      throw InvalidArgumentError("the session at " + ip + " (rank " + std::to_string(rank) + ") serves data port " +
+                                 std::to_string(served) + ", not " + std::to_string(*port));
+    }
+    dialed[rank] = ip;
+  }
+
   // Connected ranks known as `ip` (advertised, or the address connect() dialled) and, when given,
   // `port` (advertised data port). Entries go with their peer.
   std::vector<std::uint32_t> ranks_named(const std::string& ip, std::optional<std::uint16_t> port) const {
@@ -309,20 +324,7 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
                                std::to_string(rank) + ", not peer_id " + std::to_string(peer_id));
   }
   wait_peer(rank, o.timeout);
-  // The reference API names peers by (ip, data_port): a port the server does not advertise would
-  // make every later address lookup miss or, worse, hit another peer.
-  loop_->call([&] {
-    const detail::PeerRecord* p = impl_->transport ? impl_->transport->peer(rank) : nullptr;
-    if (p == nullptr) throw PeerLostError("connect to " + peer_ip + ": rank " + std::to_string(rank) + " went away");
-    if (p->data_port != data_port) {
-      const std::uint16_t advertised = p->data_port;
-      impl_->peer_down(rank);
-      throw InvalidArgumentError("the session at " + peer_ip + ":" + std::to_string(ctrl_tcp_port) +
-                                 " serves data port " + std::to_string(advertised) + ", not " +
-                                 std::to_string(data_port));
-    }
-    impl_->dialed[rank] = peer_ip;
-  });
+  loop_->call([&] { impl_->connected(rank, peer_ip, data_port); });
   return rank;
 }
 
