@@ -9,6 +9,7 @@
 #include <exception>
 #include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ namespace hmc {
 
 namespace detail {
 class SessionImpl;
+inline constexpr std::uint64_t kForeignRegion = UINT64_MAX - 1;  // a RegisteredMemory of another session
 }
 
 enum class ConnType { RDMA = 0, UCX = 1 };
@@ -41,6 +43,11 @@ struct SessionOptions {
   std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
   std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
+  // How long an idle peer without shared memory may stay silent before UCX declares it lost (the
+  // tcp transport's socket keepalive: this, then 3 probes a fifth of it apart; with data in flight,
+  // or on the side that did not open the connection, see docs/design.md "Failure model").
+  // Zero keeps UCX's defaults and UCX_* variables.
+  std::chrono::milliseconds ucx_keepalive{10000};
   bool fast_ctrl = true;  // once a peer's UCX endpoint is up, send control messages as UCX active messages
   CtrlOptions ctrl = CtrlOptions::from_env();
 };
@@ -74,9 +81,14 @@ class Session {
   // Waits until `rank` can be the target of put/get (a client connected to this server).
   void wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout);
   std::vector<std::uint32_t> peers() const;
-  // Connected ranks whose advertised address is `ip` (any data port).
+  // The one place the reference's (ip, data_port) addressing maps onto a rank. A peer is known by
+  // the address it advertises and by the ip connect() reached it at; with a port only an exact
+  // (ip, port) matches. NotConnectedError when no connected peer matches, InvalidArgumentError
+  // naming every match when several do (e.g. two clients on one host without a port).
+  std::uint32_t resolve_peer(const std::string& ip, std::optional<std::uint16_t> data_port) const;
+  // Older lookups on the same table, kept for the Python layer until it uses resolve_peer:
+  // connected ranks known as `ip` (any port), and the first exact (ip, port) match (NotFoundError).
   std::vector<std::uint32_t> ranks_at(const std::string& ip) const;
-  // The one place the reference's (ip, data_port) addressing maps onto ranks; NotFoundError.
   std::uint32_t rank_of(const std::string& ip, std::uint16_t data_port) const;
   // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp").
   std::string transports(std::uint32_t rank) const;
@@ -188,8 +200,11 @@ class Session {
                               runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h);
 
   friend class RegisteredMemory;
-  // An empty (moved-from) handle must never fall back to the session buffer (region 0).
-  static std::uint64_t region_of(const RegisteredMemory& m) noexcept { return m ? m.id() : UINT64_MAX; }
+  // An empty (moved-from) handle must never fall back to the session buffer (region 0), and a
+  // handle of another session must never name one of ours (region ids are per session).
+  std::uint64_t region_of(const RegisteredMemory& m) const noexcept {
+    return !m ? UINT64_MAX : m.session_ != this ? detail::kForeignRegion : m.id();
+  }
   void unregister_memory(std::uint64_t id) noexcept;
 
   std::unique_ptr<runtime::EventLoop> loop_;  // declared first: destroyed after everything it runs
