@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -61,10 +62,12 @@ class HandshakeDeadline {
     state_->over = true;  // an expiry already queued must not close a connection that made it
     timer_.cancel();
   }
-  void watch(const std::shared_ptr<CtrlConnection>& conn) {
-    timer_.async_wait([conn, state = state_](error_code ec) {
+  // `log_line`: logged (as an error, before the close the peer sees) when the deadline strikes.
+  void watch(const std::shared_ptr<CtrlConnection>& conn, std::string log_line = {}) {
+    timer_.async_wait([conn, state = state_, log_line = std::move(log_line)](error_code ec) {
       if (ec || state->over) return;
       state->expired = true;
+      if (!log_line.empty()) log().error("{}", log_line);
       conn->close(make_error_code(Status::TIMEOUT), "handshake deadline");
     });
   }
@@ -186,12 +189,27 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
           log().info("ctrl peer rank {} lost: {}", rank, why);
           p->conn.reset();
           p->inbox.close(make_error_code(Status::PEER_LOST));
-          if (auto self = weak_self.lock()) self->connected.reset(rank);
-          if (auto self = weak_self.lock(); self && self->handlers.on_peer) self->handlers.on_peer(rank, false);
+          auto self = weak_self.lock();
+          if (!self) return;
+          self->connected.reset(rank);
+          self->forget_old_losses(rank);
+          if (self->handlers.on_peer) self->handlers.on_peer(rank, false);
         });
     log().info("ctrl peer rank {} connected over {} ({})", rank, transport_name(*conn), conn->remote());
     if (handlers.on_peer) handlers.on_peer(rank, true);
     connected.set(rank);
+  }
+
+  // A lost peer's entry answers later receives with PeerLostError. Ranks handed to "any" clients
+  // are never reused, so only the newest max_connections losses are remembered (drained ones).
+  void forget_old_losses(std::uint32_t just_lost) {
+    losses.push_back(just_lost);
+    while (losses.size() > opts.max_connections) {
+      auto it = peers.find(losses.front());
+      losses.pop_front();
+      if (it != peers.end() && !it->second->conn && it->second->inbox.size() == 0 && it->second->inbox.waiters() == 0)
+        peers.erase(it);
+    }
   }
 
   static std::string transport_name(const CtrlConnection& c) { return c.is_tls() ? "tls" : c.transport(); }
@@ -274,12 +292,12 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   asio::awaitable<void> server_handshake(std::shared_ptr<CtrlConnection> conn) {
     auto self = shared_from_this();
     HandshakeDeadline deadline(ex, clock::now() + opts.hello_timeout);
-    deadline.watch(conn);
+    deadline.watch(conn, "ctrl handshake from " + conn->remote() + " (" + conn->transport() +
+                             ") failed: no complete handshake within " + ms(opts.hello_timeout) + "; closing it");
     auto fail = [&](const std::string& why) {
       handshaking.erase(conn);
-      if (closed) return;
-      log().error("ctrl handshake from {} ({}) failed: {}; closing it", conn->remote(), transport_name(*conn),
-                  deadline.expired() ? "no complete handshake within " + ms(opts.hello_timeout) : why);
+      if (closed || deadline.expired()) return;  // the deadline logged and closed it
+      log().error("ctrl handshake from {} ({}) failed: {}; closing it", conn->remote(), transport_name(*conn), why);
       conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
     };
     if (tls && conn->transport() == "tcp") {
@@ -292,6 +310,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
       std::string problem;
       Frame f = co_await conn->read_frame(ec, problem);
       if (closed) co_return (void)handshaking.erase(conn);
+      if (deadline.expired()) co_return fail("deadline");  // its shutdown() reads as an EOF
       if (!problem.empty()) {
         handshaking.erase(conn);
         co_return refuse(conn, RejectCode::protocol, problem);
@@ -631,6 +650,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   runtime::AsyncReadySet<std::uint32_t> connected;  // ranks with a live connection, for async_wait_peer
   std::set<std::shared_ptr<CtrlConnection>> handshaking;
   std::map<std::uint32_t, Pending> reserved;
+  std::deque<std::uint32_t> losses;  // ranks in the order they were lost, for forget_old_losses
   std::uint32_t next_assign = 1;
   std::optional<tcp::acceptor> tcp_acceptor;
   std::optional<uds::acceptor> uds_acceptor;

@@ -187,6 +187,23 @@ TEST_F(CtrlAuthTest, AnyRankClientsGetOneTwoThreeInConnectionOrderSkippingRanksI
   EXPECT_EQ(next->rank(), 5u);
 }
 
+TEST_F(CtrlAuthTest, OnlyTheNewestMaxConnectionsLossesAreRemembered) {
+  CtrlOptions o = keyed("right key", dir);
+  o.max_connections = 2;
+  CtrlChannel srv(loop, 0, o);
+  const auto p = srv.listen("127.0.0.1", 0);
+  for (std::uint32_t r = 1; r <= 4; ++r) {
+    CtrlChannel c(loop, CtrlChannel::any_rank, o);
+    c.async_connect("127.0.0.1", p, 5s, asio::use_future).get();
+    ASSERT_EQ(c.rank(), r);
+    c.close();
+    EXPECT_THROW(srv.async_recv(r, 5s, asio::use_future).get(), PeerLostError);
+  }
+  // Ranks 1 and 2 were forgotten (a receive waits for them again); 3 and 4 still answer PeerLost.
+  EXPECT_THROW(srv.async_recv(1, 20ms, asio::use_future).get(), TimeoutError);
+  EXPECT_THROW(srv.async_recv(4, 5s, asio::use_future).get(), PeerLostError);
+}
+
 TEST_F(CtrlAuthTest, AChannelWithoutARankCannotListen) {
   auto c = channel(CtrlChannel::any_rank);
   EXPECT_THROW(c->listen("127.0.0.1", 0), InvalidArgumentError);
