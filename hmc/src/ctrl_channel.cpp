@@ -40,10 +40,6 @@ std::size_t inbox_cost(const CtrlMessage& m) { return m.bytes().size() + kMessag
 
 std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
-bool is_zero(const Nonce& n) {
-  return std::all_of(n.begin(), n.end(), [](std::byte b) { return b == std::byte{0}; });
-}
-
 // The status a client sees for the server's REJECT code.
 Status status_of_reject(RejectCode code) {
   switch (code) {
@@ -377,8 +373,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   void accept_upgrade(const std::shared_ptr<CtrlConnection>& conn, const ServerHandshake& hs) {
     const HelloMsg& hello = hs.hello();
     auto it = reserved.find(hello.rank);
-    if (conn->transport() != "uds" || it == reserved.end() || is_zero(hello.ticket) ||
-        !macs_equal(it->second.ticket, hello.ticket))
+    if (conn->transport() != "uds" || it == reserved.end() || !macs_equal(it->second.ticket, hello.ticket))
       return refuse(conn, RejectCode::bad_ticket,
                     "upgrade HELLO for rank " + std::to_string(hello.rank) + " with no matching TCP connection");
     auto tcp_leg = std::move(it->second.conn);

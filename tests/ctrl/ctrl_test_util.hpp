@@ -57,6 +57,11 @@ class RawSocket {
     s.connected_ = ::connect(s.fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     return s;
   }
+  static RawSocket adopt(int fd) {
+    RawSocket s(fd);
+    s.connected_ = fd >= 0;
+    return s;
+  }
   RawSocket(RawSocket&& o) noexcept : fd_(o.fd_), connected_(o.connected_) { o.fd_ = -1; }
   RawSocket& operator=(RawSocket&& o) noexcept {
     std::swap(fd_, o.fd_);

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
+#include <thread>
 
 #include "child_process.hpp"
 #include "ctrl_test_util.hpp"
@@ -155,6 +157,70 @@ TEST_F(CtrlUdsTest, APeerOfAnotherUidIsRefusedBySoPeercred) {
   if (line.empty() && other.wait() != 0) GTEST_SKIP() << "setpriv cannot drop to uid 65534 with CAP_DAC_OVERRIDE here";
   EXPECT_EQ(line, "EOF");
   EXPECT_TRUE(logs.has_error_containing("refused a Unix-socket peer of uid 65534"));
+}
+
+TEST_F(CtrlUdsTest, AClientRefusesAUnixSocketOfAnotherUidEvenWhenTheServerNamesIt) {
+  // A server that holds the key names a socket owned by uid 65534: the client's SO_PEERCRED check
+  // refuses it before sending a byte, says STAY and keeps the TCP connection.
+  const std::string sockdir = dir + "/foreign";
+  ::chmod(dir.c_str(), 0711);  // uid 65534 may pass through to its own directory
+  fs::create_directory(sockdir);
+  ::chmod(sockdir.c_str(), 0777);
+  const std::string path = sockdir + "/s.sock";
+  const std::string script = "import socket,sys\n"
+                             "s=socket.socket(socket.AF_UNIX)\n"
+                             "s.bind(sys.argv[1]); s.listen()\n"
+                             "print('READY', flush=True)\n"
+                             "c,_=s.accept(); c.settimeout(5)\n"
+                             "print('GOT', len(c.recv(100)), flush=True)\n";
+  test::ChildProcess listener(std::vector<std::string>{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                                       "--clear-groups", "/usr/bin/python3", "-c", script, path});
+  if (listener.read_line() != "READY") GTEST_SKIP() << "setpriv cannot run a listener as uid 65534 here";
+
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 1), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  const auto key = test::key_bytes("uds test key");
+  std::promise<detail::FrameType> after_welcome;
+  std::thread fake_server([&] {
+    test::RawSocket s = test::RawSocket::adopt(::accept(lfd, nullptr, nullptr));
+    detail::ServerHandshake hs(key, true, detail::random_nonce());
+    detail::Frame f;
+    while (s.read_frame(f)) {
+      auto step = hs.on_frame(f.header.type, f.payload);
+      if (step.what == detail::HandshakeStep::What::reply) {
+        s.send(step.reply);
+        continue;
+      }
+      if (step.what == detail::HandshakeStep::What::verified) {
+        detail::WelcomeMsg w;
+        w.rank = hs.hello().rank;
+        w.ticket = detail::random_nonce();
+        w.uds_path = path;
+        s.send(hs.welcome(w));
+        s.read_frame(f);
+        after_welcome.set_value(f.header.type);
+        std::this_thread::sleep_for(500ms);  // the client must find its connection still open
+        return;
+      }
+      break;
+    }
+    after_welcome.set_value(detail::FrameType::reject);
+  });
+  test::LogCapture logs;
+  CtrlChannel c(loop, 1, opts(dir));
+  EXPECT_EQ(c.async_connect("127.0.0.1", ntohs(a.sin_port), 5s, asio::use_future).get(), 0u);
+  EXPECT_EQ(c.transport_of(0), "tcp");
+  EXPECT_EQ(after_welcome.get_future().get(), detail::FrameType::stay);
+  EXPECT_TRUE(logs.has_line_containing("its owner is uid 65534"));
+  EXPECT_EQ(listener.read_line(), "GOT 0") << "the client sent bytes to a socket of another uid";
+  fake_server.join();
+  ::close(lfd);
 }
 
 }  // namespace

@@ -125,15 +125,13 @@ TEST_F(SessionSdkTest, AWrongKeyIsAnAuthenticationError) {
 }
 
 TEST_F(SessionSdkTest, ASilentPeerFailsThePendingRecvAndLaterSendsWithPeerLost) {
-  SessionOptions o = options();
+  SessionOptions o = options("");  // the key file, which the peer process reads too
   o.ctrl.heartbeat_interval = 200ms;
   o.ctrl.heartbeat_misses = 5;
   Session server(o);
   server.init_server("127.0.0.1", 0);
-  ::setenv("HMC_AUTH_KEY", "sdk test key", 1);  // the peer process's key
   test::ChildProcess peer(std::vector<std::string>{HMC_CTRL_PEER_PATH, "session", "127.0.0.1",
                                                    std::to_string(server.ctrl_port())});
-  ::unsetenv("HMC_AUTH_KEY");
   ASSERT_EQ(peer.read_line(), "CONNECTED 1");
   server.wait_peer(1, 10s);
   server.ctrl_send(1, 17);
