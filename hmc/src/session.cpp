@@ -56,13 +56,15 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   // The control channel exists once this session knows its own rank (init_server or connect).
   void ensure_ctrl(std::uint32_t self_id, const std::string& uds_dir) {
     if (ctrl) {
-      if (ctrl->rank() != self_id)
+      if (self_id != CtrlChannel::any_rank && ctrl->rank() != self_id)
         throw InvalidArgumentError("self_id " + std::to_string(self_id) + " differs from this session's rank " +
                                    std::to_string(ctrl->rank()));
       return;
     }
     CtrlOptions co = opts.ctrl;
     if (!uds_dir.empty()) co.uds_dir = uds_dir;
+    if (!opts.auth_key.empty()) co.auth_key = opts.auth_key;
+    co.authenticate = opts.authenticate && co.authenticate;
     ctrl = std::make_unique<CtrlChannel>(loop, self_id, co);
     std::weak_ptr<SessionImpl> weak = weak_from_this();
     ctrl->set_handlers(CtrlHandlers{
@@ -297,6 +299,31 @@ void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, st
   loop_->call([&] { impl_->ctrl_port = bound; });
 }
 
+void Session::init_server(const std::string& ip, std::uint16_t ctrl_port) {
+  loop_->call([&] {
+    if (impl_->closed) throw ClosedError("init_server on a closed session");
+    impl_->ensure_ctrl(0, {});
+    impl_->advertised_ip = ip == "0.0.0.0" ? impl_->opts.local_ip : ip;
+    impl_->data_port = ctrl_port;  // the one public port is also how clients name this session
+  });
+  const std::uint16_t bound = impl_->ctrl->listen(ip, ctrl_port);
+  loop_->call([&] { impl_->ctrl_port = impl_->data_port = bound; });
+}
+
+void Session::close_server() {
+  loop_->call([&] {
+    if (impl_->ctrl) impl_->ctrl->stop_listening();
+  });
+}
+
+std::uint32_t Session::rank() const {
+  return loop_->call([&] {
+    if (!impl_->ctrl || impl_->ctrl->rank() == CtrlChannel::any_rank)
+      throw NotConnectedError("rank: not assigned yet; call init_server() or connect() first");
+    return impl_->ctrl->rank();
+  });
+}
+
 std::uint16_t Session::ctrl_port() const {
   return loop_->call([&]() -> std::uint16_t {
     if (impl_->ctrl_port == 0) throw NotConnectedError("ctrl_port: init_server() was not called");
@@ -325,6 +352,24 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
   }
   wait_peer(rank, o.timeout);
   loop_->call([&] { impl_->connected(rank, peer_ip, data_port); });
+  return rank;
+}
+
+std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn) {
+  if (conn == ConnType::RDMA)
+    throw UnsupportedError("ConnType::RDMA: the verbs transport is unsupported in this build; use ConnType::UCX");
+  forbid_loop_thread(*loop_, "connect");
+  loop_->call([&] {
+    if (impl_->closed) throw ClosedError("connect on a closed session");
+    impl_->ensure_ctrl(CtrlChannel::any_rank, {});
+    if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
+  });
+  const auto& o = impl_->opts;
+  const std::uint32_t rank =
+      wait_for(impl_->ctrl->async_connect(ip, ctrl_port, o.timeout, runtime::asio::use_future), wait_budget(o),
+               "connect to " + ip + ":" + std::to_string(ctrl_port));
+  wait_peer(rank, o.timeout);
+  loop_->call([&] { impl_->connected(rank, ip, std::nullopt); });  // known by the dialled ip; any data port
   return rank;
 }
 

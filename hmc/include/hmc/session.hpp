@@ -49,7 +49,10 @@ struct SessionOptions {
   // Zero keeps UCX's defaults and UCX_* variables.
   std::chrono::milliseconds ucx_keepalive{10000};
   bool fast_ctrl = true;  // once a peer's UCX endpoint is up, send control messages as UCX active messages
-  CtrlOptions ctrl = CtrlOptions::from_env();
+  // The job's shared key (docs/design.md "Security"); empty: HMC_AUTH_KEY, then the per-user key file.
+  std::string auth_key;
+  bool authenticate = true;  // false: accept unauthenticated peers (explicit opt-out, logged at warn)
+  CtrlOptions ctrl = CtrlOptions::from_env();  // transport, TLS, heartbeats, resource limits
 };
 
 class Session {
@@ -74,9 +77,20 @@ class Session {
                    std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir = {});
   std::uint16_t ctrl_port() const;  // the bound control port
 
+  // SDK form (the Python guide): rank 0, listening on ip:ctrl_port, the one public port; clients
+  // that connect with the SDK form get ranks 1, 2, ... in the order they connect.
+  void init_server(const std::string& ip, std::uint16_t ctrl_port);
+  // Stops accepting new peers; connected peers keep working both ways (close() ends everything).
+  void close_server();
+
   // Client role: control connection + UCX endpoint both ways; returns the peer's rank (= peer_id).
   std::uint32_t connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
                         std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn = ConnType::UCX);
+
+  // SDK form: this session's rank is assigned by the server; returns the server's rank.
+  std::uint32_t connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn = ConnType::UCX);
+  // This session's rank; NotConnectedError until init_server() or connect() gave it one.
+  std::uint32_t rank() const;
 
   // Waits until `rank` can be the target of put/get (a client connected to this server).
   void wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout);
