@@ -1,0 +1,29 @@
+"""Fixes other branches bring. A test marked needs(...) runs anyway and is an expected failure
+(printed with what it observed) while its fix is listed in PENDING."""
+import os
+
+import pytest
+
+# Behaviour issue 8 demands that another branch implements. A test marked needs(...) runs anyway and
+# is an expected failure while its fix is listed here; the lead deletes the line when merging that
+# branch (a strict test that then passes fails as XPASS, as a reminder). HMC_NET_FIXED=a,b runs
+# them as ordinary tests (to try a branch before it is merged).
+PENDING = {
+    "ctrl-liveness": "ctrl branch: heartbeats on the control channel (CtrlOptions::heartbeat_interval, "
+                     "heartbeat_misses); a silent peer becomes PeerLostError at the liveness limit",
+    "engine-terminal-ops": "engine branch: every op reaches a terminal state; nothing is issued after it; "
+                           "the loop idles after a peer loss",
+    "engine-netns-host": "engine branch: same-host decided by namespace identity, not boot_id (default "
+                         "UCX_TLS between namespaces of one kernel)",
+    "engine-peer-release": "owner to be named by the lead (engine area, found by these tests): a departed "
+                           "shared-memory peer leaves 2 mappings and 16 KiB of shared RSS in the survivor",
+}
+for _fixed in filter(None, os.environ.get("HMC_NET_FIXED", "").split(",")):
+    PENDING.pop(_fixed, None)
+
+
+def needs(*fixes, strict=True):
+    """Marks a test that can pass only once each named fix is merged (see PENDING)."""
+    pending = [f for f in fixes if f in PENDING]
+    reason = "; ".join(f"needs {f} ({PENDING[f]})" for f in pending)
+    return pytest.mark.xfail(bool(pending), reason=reason or "all fixes merged", strict=strict)
