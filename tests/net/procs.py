@@ -2,6 +2,7 @@
 import os
 import pathlib
 import queue
+import secrets
 import signal
 import subprocess
 import threading
@@ -13,11 +14,14 @@ PYTHON = "/usr/bin/python3"
 
 # Variables that would silently override what a test asks for.
 _SCRUB = ("UCX_TLS", "UCX_NET_DEVICES", "CTRL_TRANSPORT", "HMC_CTRL_UDS_DIR")
+# Peers that authenticate share a key (HMC_AUTH_KEY): one per test run, never the user's key file.
+RUN_KEY = secrets.token_hex(32)
 
 
 def clean_env(**extra):
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env.setdefault("HMC_LOG_LEVEL", "warn")
+    env.setdefault("HMC_AUTH_KEY", RUN_KEY)
     env.update(extra)
     return env
 
