@@ -13,7 +13,7 @@
 // get_pipeline) and checks every byte. Any mismatch is reported, never retried.
 //
 // Commands (both roles): flood PEER INFLIGHT MS SIZE rw|pipe [WARM] | idle MS | stats | quit
-//   server: serve FIRST LAST TIMEOUT_MS          (start serving client ranks FIRST..LAST)
+//   server: serve FIRST LAST TIMEOUT_MS (start serving client ranks FIRST..LAST) | counts
 //   client: connect PEER SELF IP CTRL_PORT DATA_PORT | rounds PEER N SIZES | soak PEER MS SIZES |
 //           until_lost PEER MAX_MS | reset | disconnect PEER          (SIZES: comma separated)
 #include <signal.h>
@@ -28,6 +28,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -302,9 +303,7 @@ void flood(hmc::Session& s, std::uint32_t peer, int inflight, long run_ms, std::
   say("FLOOD ok=%ld err=%ld statuses=%s first_err_at=%lld max_err_latency_ms=%lld unfinished=%d | %s",
       st->ok, st->err, join_counts(st->statuses).c_str(), st->first_err_at, st->max_err_latency,
       ended ? 0 : st->outstanding, st->first_what.empty() ? "-" : st->first_what.c_str());
-  // An op that never ended may still complete: keep what it references alive until exit.
-  static std::vector<std::shared_ptr<std::function<void(bool)>>> parked;
-  if (!ended) parked.push_back(issue);
+  // An op that ends after this still finds `st` (it holds it) and issues nothing (stop is set).
 }
 
 class Server {

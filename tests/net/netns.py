@@ -57,11 +57,19 @@ def remove_namespace(ns):
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def sweep_stale():
-    """Namespaces of earlier test processes that no longer exist (killed by a ctest timeout)."""
+    """Namespaces of earlier test processes that are gone (killed by a ctest timeout, say)."""
     for line in run("ip", "netns", "list").splitlines():
         m = re.match(rf"({PREFIX}(\d+)x\w+)", line)
-        if m and not os.path.exists(f"/proc/{m.group(2)}"):
+        if m and not _alive(m.group(2)):
             remove_namespace(m.group(1))
 
 
