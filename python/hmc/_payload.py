@@ -19,12 +19,18 @@ def device_of(obj):
     return None
 
 
+def require_memory(mem_type, device_id, what):
+    """UnsupportedError, with the reason, where this build or machine lacks mem_type memory."""
+    ok, why = memory_available(int(mem_type), device_id)
+    if not ok:
+        name = "CUDA" if mem_type == MemoryType.NVIDIA_GPU else mem_type.name
+        raise UnsupportedError(f"{what}: {name} memory is unavailable here ({why})")
+
+
 def cuda_device(t, what):
     """The CUDA device index of tensor t; UnsupportedError (with the reason) where CUDA memory is
     unavailable, InvalidArgumentError for anything but a CUDA tensor."""
-    ok, why = memory_available(int(MemoryType.NVIDIA_GPU), 0)
-    if not ok:
-        raise UnsupportedError(f"{what}: CUDA memory is unavailable here ({why})")
+    require_memory(MemoryType.NVIDIA_GPU, 0, what)
     dev = device_of(t)
     if dev is None:
         raise InvalidArgumentError(f"{what} needs a CUDA tensor, not {type(t).__name__}")

@@ -98,6 +98,7 @@ class ReferenceSession:
         _args.conn(conn)
         args = (_args.integer(send_buf_ptr, "send_buf_ptr", 1), _args.size(buf_size, "buf_size"),
                 _args.mem_type(buf_type, "buf_type"))
+        _device_memory(args[2], "send_data_to")
         return self._call(_Stream(self).send, self._rank(ip, port), *args)
 
     def recv_data_from(self, ip, port, recv_buf_ptr, buf_size, buf_type, flag_ptr, conn=ConnType.UCX):
@@ -109,7 +110,13 @@ class ReferenceSession:
             _args.port(port)
         args = (_args.integer(recv_buf_ptr, "recv_buf_ptr", 1), _args.size(buf_size, "buf_size"),
                 _args.mem_type(buf_type, "buf_type"), _args.integer(flag_ptr, "flag_ptr"))
+        _device_memory(args[2], "recv_data_from")
         return self._call(_Stream(self).recv, self._rank(ip), *args)
+
+
+def _device_memory(mem_type, what):
+    if mem_type not in (MemoryType.CPU, MemoryType.DEFAULT):
+        _payload.require_memory(mem_type, 0, what)
 
 
 class _Stream:

@@ -107,6 +107,7 @@ class IOBuffer(ReferenceBuffer):
         if nbytes is None:
             raise InvalidArgumentError("device='ptr' needs nbytes")
         ptr = _args.integer(ptr, "ptr (a device pointer)", minimum=1)
+        _payload.require_memory(self._device_type(), self.device_id, "device='ptr'")
         self._core.copy_ptr(into, ptr, nbytes, offset, int(self._device_type()), self.device_id)
         return nbytes
 
