@@ -18,9 +18,12 @@ def _kind(value):
 
 def integer(value, name, minimum=0, maximum=U64_MAX):
     """An int (or NumPy integer) in [minimum, maximum]; bools, floats and strings are refused."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    if type(value) is int:  # the common case, checked first: this runs on every call
+        v = value
+    elif isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise InvalidArgumentError(f"{name} must be an int, not {_kind(value)}")
-    v = operator.index(value)
+    else:
+        v = operator.index(value)
     if v < minimum:
         raise InvalidArgumentError(f"{name} must be >= {minimum}, not {v}")
     if v > maximum:
@@ -106,6 +109,8 @@ def mem_type(value, name="mem_type"):
 
 def conn(value, name="conn"):
     """ConnType.UCX (or 'UCX'); ConnType.RDMA is UnsupportedError: this build has no verbs transport."""
+    if value is ConnType.UCX:
+        return value
     c = _enum(ConnType, value, name)
     if c == ConnType.RDMA:
         raise UnsupportedError(f"{name}=ConnType.RDMA: this build has no RDMA verbs transport; use ConnType.UCX")
@@ -128,7 +133,7 @@ def text(value, name):
 
 
 def device(value, allowed=(None, "cpu", "cuda", "ptr")):
-    if value not in allowed:
+    if value is not None and value not in allowed:
         raise InvalidArgumentError(f"device must be one of {allowed}, not {_kind(value)}")
     return value
 

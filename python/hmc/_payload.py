@@ -69,6 +69,8 @@ def _require_buffer(obj, name):
 
 def source(obj, name="data"):
     """A C-contiguous buffer with the bytes of obj; non-contiguous arrays and tensors are copied."""
+    if type(obj) in (bytes, bytearray):
+        return obj
     if is_tensor(obj):
         t = obj if obj.is_contiguous() else obj.contiguous()
         return _tensor_bytes(t, name)
@@ -87,6 +89,8 @@ def source(obj, name="data"):
 
 def destination(obj, name="dest"):
     """A writable C-contiguous buffer sharing obj's memory; never a silent copy."""
+    if type(obj) is bytearray:
+        return obj
     if is_tensor(obj):
         if not obj.is_contiguous():
             raise InvalidArgumentError(f"{name}: the tensor must be contiguous (use .contiguous() and copy back)")

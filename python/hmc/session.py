@@ -153,7 +153,10 @@ class Session(ReferenceSession):
     def _finish(self, op, timeout=None, then=None):
         """Waits for op (timeout None: the session timeout + 1 s, so the op's own error comes
         first), raises its error, returns then() (or None)."""
-        self._future(op).result(self.timeout + 1.0 if timeout is None else timeout)
+        limit = self.timeout + 1.0 if timeout is None else timeout
+        if not op.wait(limit):
+            raise TimeoutError(f"operation not complete after {limit} s (it keeps running)")
+        op.result()
         return then() if then is not None else None
 
     def _call(self, fn, *args):

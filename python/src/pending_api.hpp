@@ -4,7 +4,6 @@
 // UnsupportedError naming what is missing, close_server() closes the whole session and peers are
 // resolved through rank_of/ranks_at; once they are, the same code calls them. After the merge
 // this header collapses into direct calls in module.cpp.
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -77,16 +76,12 @@ std::uint32_t resolve_peer(const S& s, const std::string& ip, std::optional<std:
     return s.resolve_peer(ip, port);
   } else {
     const std::string where = ip + (port ? ":" + std::to_string(*port) : std::string());
-    if (port) {
-      std::uint32_t rank = 0;
+    if (port) {  // rank_of keeps entries of peers that are gone: operations to them fail NotConnectedError
       try {
-        rank = s.rank_of(ip, *port);
+        return s.rank_of(ip, *port);
       } catch (const NotFoundError&) {
         throw NotConnectedError("no peer connected at " + where);
       }
-      const auto up = s.peers();  // rank_of keeps entries of peers that are gone
-      if (std::find(up.begin(), up.end(), rank) == up.end()) throw NotConnectedError("no peer connected at " + where);
-      return rank;
     }
     const std::vector<std::uint32_t> ranks = s.ranks_at(ip);
     if (ranks.empty()) throw NotConnectedError("no peer connected at " + where);
