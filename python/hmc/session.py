@@ -5,6 +5,7 @@ so both styles share one code path. The reference's extra names are thin aliases
 """
 import collections
 import inspect
+import threading
 import time
 
 from . import _args, _payload
@@ -148,6 +149,7 @@ class Session(ReferenceSession):
                           _args.text(ctrl_uds_dir, "ctrl_uds_dir"))
         self.buf = IOBuffer(self._core)
         self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)
+        self._issued_lock = threading.Lock()
 
     # -- the two hooks AsyncSession overrides -------------------------------------------------
     def _finish(self, op, timeout=None, then=None):
@@ -416,12 +418,13 @@ class Session(ReferenceSession):
 
     def _issue(self, op):
         f = self._future(op)
-        self._issued[f.id] = f
-        while len(self._issued) > _KEEP_IDS:
-            oldest = next(iter(self._issued.values()))
-            if not oldest.done():
-                break
-            self._issued.popitem(last=False)
+        with self._issued_lock:
+            self._issued[f.id] = f
+            while len(self._issued) > _KEEP_IDS:
+                oldest = next(iter(self._issued.values()))
+                if not oldest.done():
+                    break
+                self._issued.popitem(last=False)
         return f
 
     def _futures_of(self, ops):
@@ -430,10 +433,12 @@ class Session(ReferenceSession):
         if isinstance(ops, (list, tuple)):
             return [f for op in ops for f in self._futures_of(op)]
         op_id = _args.integer(ops, "ops (a Future, an operation id, or a list of them)")
-        if op_id not in self._issued:
+        with self._issued_lock:
+            future = self._issued.get(op_id)
+        if future is None:
             raise InvalidArgumentError(f"no operation {op_id} from put_nb/get_nb of this session (or it finished "
                                        f"more than {_KEEP_IDS} operations ago)")
-        return [self._issued[op_id]]
+        return [future]
 
 
 def _is_count(value):
@@ -450,7 +455,7 @@ def _fits(have, size):
 
 
 def _tag(tag):
-    if isinstance(tag, int) and not isinstance(tag, bool):
+    if _is_count(tag):
         return _args.integer(tag, "tag")
     if isinstance(tag, (bytes, bytearray, memoryview)):
         return tag
