@@ -86,7 +86,7 @@ def buffer_size(value):
     return integer(value, "buffer_size", minimum=1)
 
 
-def _enum(cls, value, name):
+def member(cls, value, name):
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
@@ -104,14 +104,14 @@ def _enum(cls, value, name):
 
 
 def mem_type(value, name="mem_type"):
-    return _enum(MemoryType, value, name)
+    return member(MemoryType, value, name)
 
 
 def conn(value, name="conn"):
     """ConnType.UCX (or 'UCX'); ConnType.RDMA is UnsupportedError: this build has no verbs transport."""
     if value is ConnType.UCX:
         return value
-    c = _enum(ConnType, value, name)
+    c = member(ConnType, value, name)
     if c == ConnType.RDMA:
         raise UnsupportedError(f"{name}=ConnType.RDMA: this build has no RDMA verbs transport; use ConnType.UCX")
     return c

@@ -48,7 +48,7 @@ class ReferenceSession:
 
     def check_conn(self, ip, port=None, conn=ConnType.UCX):
         """Whether a peer is connected at ip (and port). Over ConnType.RDMA never (no verbs here)."""
-        if _args._enum(ConnType, conn, "conn") != ConnType.UCX:
+        if _args.member(ConnType, conn, "conn") != ConnType.UCX:
             return False
         try:
             return self._rank(ip, port) in self.peers()  # a disconnected peer's address may linger

@@ -157,11 +157,11 @@ def test_disconnect_forms(form):
         server.close()
 
 
-@pytest.mark.parametrize("nbytes", [1, 100 * MiB + 3], ids=["1B", "100MiB"])
+@pytest.mark.parametrize("nbytes", [1, 3 * MiB + 3], ids=["1B", "3MiB"])
 def test_send_data_to_and_recv_data_from(server, tls, nbytes):
-    """Pointer + size + memory type, streamed through both buffers' halves (80 MiB buffers: a
-    100 MiB stream takes three chunks each way)."""
-    with hmc.create_session(**session_kwargs(tls, server.uds_dir)) as c:
+    """Pointer + size + memory type, streamed through both buffers' halves (a 1 MiB buffer here:
+    a 3 MiB stream takes seven 512 KiB chunks each way, credits included)."""
+    with hmc.create_session(**{**session_kwargs(tls, server.uds_dir), "buffer_size": MiB}) as c:
         c.connect(0, 1, "127.0.0.1", 18515, server.ctrl_port)
         src = np.frombuffer(pattern(nbytes, 31), np.uint8).copy()
         c.ctrl_send(0, json.dumps({"op": "recv_stream", "nbytes": nbytes}).encode())
