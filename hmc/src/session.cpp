@@ -286,9 +286,11 @@ runtime::loop_executor Session::executor() const noexcept { return loop_->execut
 
 void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                           std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir) {
+  // The reference's servers pass an RDMA port too: serve UCX and say why RDMA is off.
   if (rdma_port != 0)
-    throw UnsupportedError("rdma_port " + std::to_string(rdma_port) +
-                           ": the RDMA verbs transport is unsupported in this build; pass 0 and use UCX");
+    detail::log().info("rdma_port {} ignored: this build has no RDMA verbs transport; serving UCX only "
+                       "(ConnType::RDMA transfers fail with UnsupportedError)",
+                       rdma_port);
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("init_server on a closed session");
     impl_->ensure_ctrl(self_id, ctrl_uds_dir);

@@ -1,8 +1,8 @@
 #pragma once
 // A Session: one registered buffer, a control channel and the UCX data plane, on its own event
 // loop thread. Peers are ranks; once connected either side can put to and get from the other.
-// Every async_* operation takes an Asio completion token (use_awaitable, use_future, a callback)
-// and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All
+// Every async_* operation takes an Asio completion token (use_awaitable, the default; use_future;
+// a callback) and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All
 // members are safe from any thread; blocking ones throw InvalidArgumentError on the loop thread.
 #include <chrono>
 #include <cstdint>
@@ -58,6 +58,8 @@ struct SessionOptions {
 class Session {
  public:
   using handler = runtime::asio::any_completion_handler<void(std::exception_ptr)>;
+  // Without a token, async_* return an awaitable: `co_await s.async_put(peer, 0, 0, n);`.
+  using default_token = runtime::asio::use_awaitable_t<>;
 
   explicit Session(SessionOptions options = {});
   ~Session();  // close()
@@ -71,8 +73,8 @@ class Session {
 
   // Server role (reference names): control listener on ctrl_tcp_port (0: any free port) and its
   // Unix socket in ctrl_uds_dir. ucx_port is how clients address this session in (ip, port) terms;
-  // the UCX endpoints themselves are set up through the control channel. rdma_port must be 0: this
-  // build has no verbs transport (UnsupportedError).
+  // the UCX endpoints themselves are set up through the control channel. A non-zero rdma_port is
+  // accepted and logged (info): this build has no verbs transport, so it serves UCX only.
   void init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                    std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir = {});
   std::uint16_t ctrl_port() const;  // the bound control port
@@ -108,34 +110,36 @@ class Session {
   std::string transports(std::uint32_t rank) const;
 
   // Completes when the bytes are visible in the peer's buffer.
-  template <class Token>
-  auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
+  template <class Token = default_token>
+  auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                 Token&& token = default_token{}) {
     return start_rma<Token>(true, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
   }
   // Completes when the bytes are in this session's buffer.
-  template <class Token>
-  auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
+  template <class Token = default_token>
+  auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                 Token&& token = default_token{}) {
     return start_rma<Token>(false, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
   }
   // Many segments, one completion (one endpoint flush for puts).
-  template <class Token>
-  auto async_put_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
+  template <class Token = default_token>
+  auto async_put_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token = default_token{}) {
     return start_rma<Token>(true, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
-  template <class Token>
-  auto async_get_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
+  template <class Token = default_token>
+  auto async_get_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token = default_token{}) {
     return start_rma<Token>(false, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
   // One range in `chunk`-byte pieces with at most `max_inflight` in flight (a sliding window).
-  template <class Token>
+  template <class Token = default_token>
   auto async_put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
-                          std::size_t chunk, std::size_t max_inflight, Token&& token) {
+                          std::size_t chunk, std::size_t max_inflight, Token&& token = default_token{}) {
     return start_rma<Token>(true, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
                             std::forward<Token>(token));
   }
-  template <class Token>
+  template <class Token = default_token>
   auto async_get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
-                          std::size_t chunk, std::size_t max_inflight, Token&& token) {
+                          std::size_t chunk, std::size_t max_inflight, Token&& token = default_token{}) {
     return start_rma<Token>(false, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
                             std::forward<Token>(token));
   }
@@ -143,15 +147,15 @@ class Session {
   // Registers user memory (CPU, or device memory of a built backend) for put_from/get_into.
   RegisteredMemory register_memory(void* data, std::size_t size, MemoryType type = MemoryType::CPU);
   // put from / get into registered user memory instead of the session buffer: no staging copy.
-  template <class Token>
+  template <class Token = default_token>
   auto async_put_from(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer, std::size_t remote_off,
-                      std::size_t size, Token&& token) {
+                      std::size_t size, Token&& token = default_token{}) {
     return start_rma<Token>(true, false, peer, region_of(src), {Segment{src_off, remote_off, size}}, 0, 0,
                             std::forward<Token>(token));
   }
-  template <class Token>
+  template <class Token = default_token>
   auto async_get_into(const RegisteredMemory& dst, std::size_t dst_off, std::uint32_t peer, std::size_t remote_off,
-                      std::size_t size, Token&& token) {
+                      std::size_t size, Token&& token = default_token{}) {
     return start_rma<Token>(false, false, peer, region_of(dst), {Segment{dst_off, remote_off, size}}, 0, 0,
                             std::forward<Token>(token));
   }
@@ -173,14 +177,14 @@ class Session {
                     std::size_t chunk, std::size_t max_inflight);
 
   // Control messages, ordered per peer. A tag sent after a completed put never shows old data.
-  template <class Token>
-  auto async_ctrl_send(std::uint32_t peer, CtrlMessage message, Token&& token) {
+  template <class Token = default_token>
+  auto async_ctrl_send(std::uint32_t peer, CtrlMessage message, Token&& token = default_token{}) {
     return runtime::async_on_loop<void(std::exception_ptr)>(
         executor(), std::forward<Token>(token),
         [impl = impl_, peer, m = std::move(message)](handler h) mutable { start_ctrl_send(impl, peer, std::move(m), std::move(h)); });
   }
-  template <class Token>
-  auto async_ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout, Token&& token) {
+  template <class Token = default_token>
+  auto async_ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout, Token&& token = default_token{}) {
     return runtime::async_on_loop<void(std::exception_ptr, CtrlMessage)>(
         executor(), std::forward<Token>(token),
         [impl = impl_, peer, timeout](runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h) mutable {
