@@ -68,6 +68,7 @@ class HandshakeDeadline {
     });
   }
   bool expired() const noexcept { return state_->expired; }
+  clock::time_point when() const { return timer_.expiry(); }
 
  private:
   struct State {
@@ -459,17 +460,26 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
       co_return r;
     }
     std::shared_ptr<CtrlConnection> conn;
-    for (const auto& entry : endpoints) {
-      const tcp::endpoint ep = entry.endpoint();
-      socket_type s = open_stream_socket(ex, ep.protocol().family(), r.ec);
-      if (r.ec) break;
-      auto c = attempt.track(std::make_shared<CtrlConnection>(std::move(s), "tcp", where, limits()));
-      r.ec = co_await c->connect(socket_type::endpoint_type(ep));
-      if (!r.ec) {
-        conn = c;
-        break;
+    // A refused connection is retried until the deadline: jobs start their processes together and
+    // the server may not listen yet. Backoff 20 ms doubling to 500 ms; nothing else is retried.
+    for (auto backoff = std::chrono::milliseconds(20);; backoff = std::min(backoff * 2, std::chrono::milliseconds(500))) {
+      for (const auto& entry : endpoints) {
+        const tcp::endpoint ep = entry.endpoint();
+        socket_type s = open_stream_socket(ex, ep.protocol().family(), r.ec);
+        if (r.ec) break;
+        auto c = attempt.track(std::make_shared<CtrlConnection>(std::move(s), "tcp", where, limits()));
+        r.ec = co_await c->connect(socket_type::endpoint_type(ep));
+        if (!r.ec) {
+          conn = c;
+          break;
+        }
+        c->close(r.ec, "connect failed");
       }
-      c->close(r.ec, "connect failed");
+      if (conn || r.ec != asio::error::connection_refused || closed) break;
+      if (clock::now() + backoff >= attempt.deadline.when()) break;
+      asio::steady_timer pause(ex, backoff);
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, r.ec));
+      r.ec = asio::error::connection_refused;
     }
     if (!conn) {
       r.why = "cannot connect to " + where + ": " + (r.ec ? r.ec.message() : "no address");

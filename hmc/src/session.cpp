@@ -129,6 +129,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       return peer_down(rank);
     }
     ready.set(rank);
+    wake_address_waiters();
     if (opts.fast_ctrl) {
       ctrl->async_send(rank, CtrlMessage::from_transport(kSwitch), [](std::exception_ptr) {});
       fast_send.insert(rank);  // every later ctrl_send to rank: sent after the SWITCH, over UCX
@@ -158,6 +159,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
                                  std::to_string(served) + ", not " + std::to_string(*port));
     }
     dialed[rank] = ip;
+    wake_address_waiters();
   }
 
   // Connected ranks known as `ip` (advertised, or the address connect() dialled) and, when given,
@@ -172,6 +174,82 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       if (ip_matches && (!port || *port == p->data_port) && ready.is_ready(rank)) out.push_back(rank);
     }
     return out;
+  }
+
+  // The one peer named (ip, port), or why not: NotConnectedError when none is, InvalidArgumentError
+  // naming every match when several are.
+  std::exception_ptr resolve(const std::string& ip, std::optional<std::uint16_t> port, std::uint32_t& rank) const {
+    const std::string name = port ? ip + ":" + std::to_string(*port) : ip;
+    const std::vector<std::uint32_t> ranks = ranks_named(ip, port);
+    if (ranks.empty()) return std::make_exception_ptr(NotConnectedError("no connected peer at " + name));
+    if (ranks.size() == 1) {
+      rank = ranks.front();
+      return nullptr;
+    }
+    std::string list;
+    for (std::uint32_t r : ranks) {
+      const PeerRecord* p = transport->peer(r);
+      list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (" + p->ip + ":" +
+                                            std::to_string(p->data_port) + ")");
+    }
+    return std::make_exception_ptr(InvalidArgumentError(std::to_string(ranks.size()) + " peers match " + name + ": " +
+                                                        list + "; name one by rank" +
+                                                        (port ? "" : " or by ip:port")));
+  }
+
+  // A caller waiting for a peer at an address to connect (a server naming a client by its ip).
+  using AddressHandler = runtime::asio::any_completion_handler<void(std::exception_ptr, std::uint32_t)>;
+  struct AddressWaiter {
+    std::string ip;
+    std::optional<std::uint16_t> port;
+    AddressHandler handler;
+    std::unique_ptr<runtime::asio::steady_timer> timer;
+  };
+
+  void wait_address(const std::string& ip, std::optional<std::uint16_t> port, std::chrono::milliseconds timeout,
+                    AddressHandler h) {
+    std::uint32_t rank = 0;
+    std::exception_ptr e = resolve(ip, port, rank);
+    if (e && closed) e = std::make_exception_ptr(ClosedError("waiting for a peer at " + ip + " on a closed session"));
+    if (!e || closed || !ranks_named(ip, port).empty())
+      return runtime::asio::post(loop.executor(), runtime::asio::append(std::move(h), e, rank));
+    const std::uint64_t id = next_waiter++;
+    // Constructed in place: any_completion_handler's move assignment recurses in Boost 1.81.
+    auto& w = address_waiters
+                  .try_emplace(id, AddressWaiter{ip, port, std::move(h),
+                                                 std::make_unique<runtime::asio::steady_timer>(loop.executor())})
+                  .first->second;
+    w.timer->expires_after(timeout);
+    w.timer->async_wait([weak = weak_from_this(), id, ip, port, timeout](runtime::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;  // woken by a peer, or the session is gone
+      const std::string name = port ? ip + ":" + std::to_string(*port) : ip;
+      self->finish_waiter(id, std::make_exception_ptr(TimeoutError(
+                                  "no peer at " + name + " connected within " + std::to_string(timeout.count()) + " ms")),
+                          0);
+    });
+  }
+
+  // A peer became usable or got a name: the waiters it satisfies (or makes ambiguous) complete.
+  void wake_address_waiters() {
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, w] : address_waiters)
+      if (!ranks_named(w.ip, w.port).empty()) ids.push_back(id);
+    for (std::uint64_t id : ids) {
+      const AddressWaiter& w = address_waiters.at(id);
+      std::uint32_t rank = 0;
+      std::exception_ptr e = resolve(w.ip, w.port, rank);
+      finish_waiter(id, e, rank);
+    }
+  }
+
+  void finish_waiter(std::uint64_t id, std::exception_ptr e, std::uint32_t rank) {
+    auto it = address_waiters.find(id);
+    if (it == address_waiters.end()) return;
+    AddressWaiter w = std::move(it->second);
+    address_waiters.erase(it);
+    w.timer->cancel();
+    runtime::asio::post(loop.executor(), runtime::asio::append(std::move(w.handler), e, rank));
   }
 
   // Checks an operation before anything is sent; the exception says what to fix.
@@ -210,6 +288,9 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     if (closed) return;
     closed = true;
     ready.close(make_error_code(Status::CLOSED));
+    while (!address_waiters.empty())
+      finish_waiter(address_waiters.begin()->first,
+                    std::make_exception_ptr(ClosedError("the session closed while waiting for a peer")), 0);
     if (ctrl) ctrl->close();
     transport.reset();  // fails what is in flight with ClosedError and closes every endpoint
   }
@@ -222,6 +303,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::unique_ptr<Transport> transport;
   runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable data connection
   std::map<std::uint32_t, std::string> dialed;  // rank -> the ip connect() reached it at
+  std::map<std::uint64_t, AddressWaiter> address_waiters;  // one per blocked caller: bounded by callers
+  std::uint64_t next_waiter = 0;
   std::set<std::uint32_t> fast_send, fast_recv;             // ranks whose control messages use the fast path
   std::map<std::uint32_t, std::vector<CtrlMessage>> fast_early;  // fast-path messages that overtook the SWITCH
   static constexpr std::size_t kMaxEarly = 4096;            // a sender cannot make us hold more
@@ -394,29 +477,21 @@ std::vector<std::uint32_t> Session::peers() const {
 
 std::uint32_t Session::resolve_peer(const std::string& ip, std::optional<std::uint16_t> data_port) const {
   return loop_->call([&] {
-    const std::string name = data_port ? ip + ":" + std::to_string(*data_port) : ip;
-    const std::vector<std::uint32_t> ranks = impl_->ranks_named(ip, data_port);
-    if (ranks.empty()) throw NotConnectedError("no connected peer at " + name);
-    if (ranks.size() > 1) {
-      std::string list;
-      for (std::uint32_t r : ranks) {
-        const detail::PeerRecord* p = impl_->transport->peer(r);
-        list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (" + p->ip + ":" +
-                                              std::to_string(p->data_port) + ")");
-      }
-      throw InvalidArgumentError(std::to_string(ranks.size()) + " peers match " + name + ": " + list +
-                                 "; name one by rank" + (data_port ? "" : " or by ip:port"));
-    }
-    return ranks.front();
+    std::uint32_t rank = 0;
+    if (std::exception_ptr e = impl_->resolve(ip, data_port, rank)) std::rethrow_exception(e);
+    return rank;
   });
 }
 
-std::uint32_t Session::rank_of(const std::string& ip, std::uint16_t data_port) const {
-  return loop_->call([&] {
-    const std::vector<std::uint32_t> ranks = impl_->ranks_named(ip, data_port);
-    if (ranks.empty()) throw NotFoundError("no peer known as " + ip + ":" + std::to_string(data_port));
-    return ranks.front();
-  });
+std::uint32_t Session::wait_peer_at(const std::string& ip, std::optional<std::uint16_t> data_port,
+                                    std::chrono::milliseconds timeout) {
+  forbid_loop_thread(*loop_, "wait_peer_at");
+  auto f = runtime::async_on_loop<void(std::exception_ptr, std::uint32_t)>(
+      executor(), runtime::asio::use_future,
+      [impl = impl_, ip, data_port, timeout](detail::SessionImpl::AddressHandler h) mutable {
+        impl->wait_address(ip, data_port, timeout, std::move(h));
+      });
+  return wait_for(std::move(f), timeout + std::chrono::seconds(1), "wait_peer_at " + ip);
 }
 
 std::string Session::transports(std::uint32_t rank) const {
@@ -462,12 +537,6 @@ void Session::unregister_memory(std::uint64_t id) noexcept {
   } catch (const std::exception& e) {
     detail::log().warn("unregistering memory region {}: {}", id, e.what());
   }
-}
-
-std::vector<std::uint32_t> Session::ranks_at(const std::string& ip) const {
-  return loop_->call([&] {
-    return impl_->ranks_named(ip, std::nullopt);
-  });
 }
 
 RegisteredMemory::RegisteredMemory(Session* session, std::weak_ptr<int> session_alive, std::uint64_t id, void* data,

@@ -51,7 +51,7 @@ class ReferenceSession:
         if _args.member(ConnType, conn, "conn") != ConnType.UCX:
             return False
         try:
-            return self._rank(ip, port) in self.peers()  # a disconnected peer's address may linger
+            return self._rank(ip, port, wait=False) in self.peers()  # a disconnected peer's address may linger
         except NotConnectedError:
             return False
 

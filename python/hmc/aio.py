@@ -16,7 +16,7 @@ import collections
 import functools
 
 from . import _args
-from ._errors import CancelledError as HMCCancelled, HMCError, InvalidArgumentError, TimeoutError
+from ._errors import CancelledError as HMCCancelled, HMCError, InvalidArgumentError, NotConnectedError, TimeoutError
 from .future import Future
 from .session import Session
 
@@ -50,6 +50,19 @@ class AsyncSession(Session):
 
     def _future(self, op):
         return Future(op, self._track(op), self.timeout + 1.0)
+
+    def _peer_at(self, where, port):
+        raise _PeerNotYet(where, port)  # waiting here would stall the event loop: _awaits_peer waits
+
+    async def _after_peer(self, wait, method, args, kwargs):
+        await self._blocking(self._core.wait_peer_at, wait.where, wait.port, self.timeout)
+        return await method(self, *args, **kwargs)
+
+    async def _peer_rank(self, peer):
+        try:
+            return self._rank(peer)
+        except _PeerNotYet as wait:
+            return await self._blocking(self._core.wait_peer_at, wait.where, wait.port, self.timeout)
 
     # -- plumbing --------------------------------------------------------------------------------
     def _attach(self):
@@ -124,7 +137,7 @@ class AsyncSession(Session):
         """The next tag/bytes from peer. Cancelling it (asyncio.wait_for, task.cancel) loses no
         message: a message the cancelled receive already took is returned by the next one."""
         timeout = _args.timeout(timeout)
-        rank = self._rank(peer)
+        rank = await self._peer_rank(peer)
         for orphan in self._orphans.pop(rank, []):
             await asyncio.wait({orphan})  # a cancelled receive resolves promptly: see below
         if self._unclaimed[rank]:
@@ -144,3 +157,32 @@ class AsyncSession(Session):
             self._unclaimed[rank].append(inner.result())
         elif not inner.cancelled() and not isinstance(inner.exception(), HMCCancelled):
             inner.exception()  # retrieved: a timeout/peer-lost of an abandoned receive is not an error
+
+
+class _PeerNotYet(NotConnectedError):
+    """A serving AsyncSession was named a client address no peer holds yet."""
+
+    def __init__(self, where, port):
+        super().__init__(f"no connected peer at {where}" + (f":{port}" if port is not None else ""))
+        self.where, self.port = where, port
+
+
+def _awaits_peer(name):
+    """The Session method `name`, which on a serving session first awaits a client not yet connected
+    (the blocking Session waits in the same place); every other error is raised at call time."""
+    method = getattr(Session, name)
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except _PeerNotYet as wait:
+            return self._after_peer(wait, method, args, kwargs)
+
+    return call
+
+
+for _name in ("put", "get", "get_into", "put_remote", "get_remote", "put_batch", "get_batch", "put_pipeline",
+              "get_pipeline", "ctrl_send", "put_torch_cuda", "get_torch_cuda", "buffer_put_then_put",
+              "get_then_buffer_get_into", "send_data_to", "recv_data_from"):
+    setattr(AsyncSession, _name, _awaits_peer(_name))

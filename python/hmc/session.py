@@ -10,7 +10,7 @@ import time
 
 from . import _args, _payload
 from ._enums import ConnType, MemoryType
-from ._errors import InvalidArgumentError, TimeoutError
+from ._errors import InvalidArgumentError, NotConnectedError, TimeoutError
 from ._hmc import Core, memory_available
 from ._reference import ReferenceBuffer, ReferenceSession
 from .future import Future
@@ -135,7 +135,8 @@ class Session(ReferenceSession):
 
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
                  local_ip=None, *, progress_mode="event", ucx_tls=None, ucx_net_devices=None, timeout=30.0,
-                 ctrl_uds_dir=None):
+                 ctrl_uds_dir=None, auth_key=None, authenticate=True, heartbeat_interval=None,
+                 heartbeat_misses=None, tls_cert=None, tls_key=None, tls_ca=None):
         device_id = _args.integer(device_id, "device_id", 0, (1 << 31) - 1)
         size = _args.buffer_size(buffer_size)
         mem = _args.mem_type(mem_type)
@@ -146,7 +147,8 @@ class Session(ReferenceSession):
         self.timeout = _args.session_timeout(timeout)
         self._core = Core(size, int(mem), device_id, local_ip or "", progress_mode, _args.text(ucx_tls, "ucx_tls"),
                           _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
-                          _args.text(ctrl_uds_dir, "ctrl_uds_dir"))
+                          _args.text(ctrl_uds_dir, "ctrl_uds_dir"), **_security(
+                              auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca))
         self.buf = IOBuffer(self._core)
         self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)
         self._issued_lock = threading.Lock()
@@ -220,7 +222,7 @@ class Session(ReferenceSession):
         return self._core.peers()
 
     def transports(self, peer):
-        return self._core.transports(self._rank(peer))
+        return self._core.transports(self._rank(peer, wait=False))
 
     def disconnect(self, peer, port=None, conn=ConnType.UCX):
         """Drops one peer: disconnect(ip, port, conn) (reference), disconnect(ip, conn) (SDK guide),
@@ -228,7 +230,7 @@ class Session(ReferenceSession):
         if isinstance(port, ConnType):
             port, conn = None, port
         _args.conn(conn)
-        return self._call(self._core.disconnect, self._rank(peer, port))
+        return self._call(self._core.disconnect, self._rank(peer, port, wait=False))
 
     def close_server(self):
         """Stops the control listener; connected peers keep working (close() ends everything)."""
@@ -258,10 +260,10 @@ class Session(ReferenceSession):
 
     def put_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX):
         """Starts a put; returns an hmc.Future (its .id is what the reference returned)."""
-        return self._issue(self._rma_op(True, ip, port, local_off, remote_off, nbytes, conn))
+        return self._issue(self._rma_op(True, ip, port, local_off, remote_off, nbytes, conn, wait=False))
 
     def get_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX):
-        return self._issue(self._rma_op(False, ip, port, local_off, remote_off, nbytes, conn))
+        return self._issue(self._rma_op(False, ip, port, local_off, remote_off, nbytes, conn, wait=False))
 
     def wait(self, ops, timeout=None):
         """Waits for one operation (a Future or its id) or a list of them, all within timeout;
@@ -365,19 +367,37 @@ class Session(ReferenceSession):
         return self._finish(op, (self.timeout if timeout is None else timeout) + 1.0, op.result)
 
     # -- internals ------------------------------------------------------------------------------------
-    def _rank(self, peer, port=None):
+    def _rank(self, peer, port=None, wait=True):
         """The one place reference addressing (rank, 'ip', 'ip:port', (ip, port)) becomes a rank.
-        A port that matches no peer is an error, never a fallback to the ip alone."""
+        A port that matches no peer is an error, never a fallback to the ip alone. On a serving
+        session an address no client holds yet is waited for (the SDK guide's server names its
+        client right after init_server); `wait=False` for calls that must not block."""
         where, port = _args.peer(peer, port)
         if not isinstance(where, str):
             return where
-        return self._core.resolve(where, port)
+        try:
+            return self._core.resolve(where, port)
+        except NotConnectedError:
+            if not wait or not self._serving():
+                raise
+        return self._peer_at(where, port)
 
-    def _rma_op(self, is_put, ip, port, local_off, remote_off, nbytes, conn):
+    def _serving(self):
+        try:
+            self._core.ctrl_port()
+            return True
+        except NotConnectedError:
+            return False
+
+    def _peer_at(self, where, port):
+        """The third hook: a blocking wait here; AsyncSession awaits it instead."""
+        return self._core.wait_peer_at(where, port, self.timeout)
+
+    def _rma_op(self, is_put, ip, port, local_off, remote_off, nbytes, conn, wait=True):
         _args.conn(conn)
         local_off, remote_off = _args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off")
         nbytes = _args.size(nbytes, "nbytes")
-        return self._core.rma(is_put, self._rank(ip, port), local_off, remote_off, nbytes, self._notify)
+        return self._core.rma(is_put, self._rank(ip, port, wait), local_off, remote_off, nbytes, self._notify)
 
     def _batch_op(self, is_put, peer, segments, conn):
         _args.conn(conn)
@@ -460,6 +480,22 @@ def _tag(tag):
     if isinstance(tag, (bytes, bytearray, memoryview)):
         return tag
     raise InvalidArgumentError(f"tag must be an int in [0, 2**64) or bytes, not {type(tag).__name__}")
+
+
+def _security(auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca):
+    """The control channel's trust and liveness options; None keeps the default (and its HMC_* variable)."""
+    if not isinstance(authenticate, bool):
+        raise InvalidArgumentError(f"authenticate must be True or False, not {authenticate!r}")
+    if heartbeat_interval is not None:
+        heartbeat_interval = _args.timeout(heartbeat_interval, "heartbeat_interval")
+    if heartbeat_misses is not None:
+        heartbeat_misses = _args.integer(heartbeat_misses, "heartbeat_misses", 1, (1 << 32) - 1)
+    texts = {name: _args.text(value, name) if value is not None else None
+             for name, value in (("auth_key", auth_key), ("tls_cert", tls_cert), ("tls_key", tls_key), ("tls_ca", tls_ca))}
+    if texts["auth_key"] == "":
+        raise InvalidArgumentError("auth_key must not be empty (None: HMC_AUTH_KEY, then the key file)")
+    return dict(authenticate=authenticate, heartbeat_interval=heartbeat_interval, heartbeat_misses=heartbeat_misses,
+                **texts)
 
 
 def create_session(device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1, local_ip=None,

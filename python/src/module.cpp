@@ -23,7 +23,6 @@
 #include "hmc/session.hpp"
 #include "log_queue.hpp"
 #include "op_state.hpp"
-#include "pending_api.hpp"
 
 namespace py = pybind11;
 
@@ -190,7 +189,10 @@ class Use {
 class Core {
  public:
   Core(std::size_t buffer_size, int mem_type, int device_id, std::string local_ip, const std::string& progress_mode,
-       std::string ucx_tls, std::string ucx_net_devices, double timeout_s, std::string uds_dir) {
+       std::string ucx_tls, std::string ucx_net_devices, double timeout_s, std::string uds_dir,
+       std::optional<std::string> auth_key, bool authenticate, std::optional<double> heartbeat_interval_s,
+       std::optional<std::uint32_t> heartbeat_misses, std::optional<std::string> tls_cert,
+       std::optional<std::string> tls_key, std::optional<std::string> tls_ca) {
     SessionOptions o;
     o.buffer_size = buffer_size;
     o.mem_type = static_cast<MemoryType>(mem_type);
@@ -206,6 +208,18 @@ class Core {
       throw InvalidArgumentError("timeout must be finite and > 0 seconds");
     o.timeout = to_ms(timeout_s, "timeout");
     if (!uds_dir.empty()) o.ctrl.uds_dir = std::move(uds_dir);
+    // Unset ones keep the defaults and their environment variables (HMC_AUTH_KEY, HMC_TLS_*).
+    if (auth_key) o.auth_key = std::move(*auth_key);
+    o.authenticate = authenticate;
+    if (heartbeat_interval_s) {
+      if (!std::isfinite(*heartbeat_interval_s) || *heartbeat_interval_s < 0)
+        throw InvalidArgumentError("heartbeat_interval must be finite and >= 0 seconds (0: no heartbeats)");
+      o.ctrl.heartbeat_interval = to_ms(*heartbeat_interval_s, "heartbeat_interval");
+    }
+    if (heartbeat_misses) o.ctrl.heartbeat_misses = *heartbeat_misses;
+    if (tls_cert) o.ctrl.tls_cert = std::move(*tls_cert);
+    if (tls_key) o.ctrl.tls_key = std::move(*tls_key);
+    if (tls_ca) o.ctrl.tls_ca = std::move(*tls_ca);
     py::gil_scoped_release release;
     session_ = std::make_unique<Session>(std::move(o));
   }
@@ -495,10 +509,14 @@ PYBIND11_MODULE(_hmc, m) {
 
   py::class_<Core>(m, "Core")
       .def(py::init<std::size_t, int, int, std::string, const std::string&, std::string, std::string, double,
-                    std::string>(),
+                    std::string, std::optional<std::string>, bool, std::optional<double>,
+                    std::optional<std::uint32_t>, std::optional<std::string>, std::optional<std::string>,
+                    std::optional<std::string>>(),
            py::arg("buffer_size"), py::arg("mem_type"), py::arg("device_id"), py::arg("local_ip"),
            py::arg("progress_mode"), py::arg("ucx_tls"), py::arg("ucx_net_devices"), py::arg("timeout"),
-           py::arg("uds_dir"))
+           py::arg("uds_dir"), py::arg("auth_key") = py::none(), py::arg("authenticate") = true,
+           py::arg("heartbeat_interval") = py::none(), py::arg("heartbeat_misses") = py::none(),
+           py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none())
       .def("init_server",
            [](Core& c, const std::string& ip, std::uint16_t ucx_port, std::uint16_t rdma_port, std::uint16_t ctrl_port,
               std::uint32_t self_id, const std::string& uds_dir) {
@@ -506,7 +524,7 @@ PYBIND11_MODULE(_hmc, m) {
            })
       .def("init_server_sdk",
            [](Core& c, const std::string& ip, std::uint16_t port) {
-             c.blocking([&](Session& s) { pending::init_server(s, ip, port); });
+             c.blocking([&](Session& s) { s.init_server(ip, port); });
            })
       .def("connect",
            [](Core& c, std::uint32_t peer_id, std::uint32_t self_id, const std::string& ip, std::uint16_t data_port,
@@ -518,18 +536,23 @@ PYBIND11_MODULE(_hmc, m) {
       .def("connect_sdk",
            [](Core& c, const std::string& ip, std::uint16_t port, int conn) {
              return c.blocking(
-                 [&](Session& s) { return pending::connect(s, ip, port, static_cast<hmc::ConnType>(conn)); });
+                 [&](Session& s) { return s.connect(ip, port, static_cast<hmc::ConnType>(conn)); });
            })
-      .def("close_server", [](Core& c) { c.blocking([](Session& s) { pending::close_server(s); }); })
+      .def("close_server", [](Core& c) { c.blocking([](Session& s) { s.close_server(); }); })
       .def("wait_peer",
            [](Core& c, std::uint32_t rank, Seconds timeout) {
              c.blocking([&](Session& s) { s.wait_peer(rank, to_ms(timeout, s.options().timeout, "timeout")); });
            })
-      .def("rank", [](Core& c) { return pending::rank(*c.use()); })
+      .def("rank", [](Core& c) { return c.use()->rank(); })
       .def("ctrl_port", [](Core& c) { return c.use()->ctrl_port(); })
       .def("peers", [](Core& c) { return c.use()->peers(); })
       .def("resolve", [](Core& c, const std::string& ip,
-                         std::optional<std::uint16_t> port) { return pending::resolve_peer(*c.use(), ip, port); })
+                         std::optional<std::uint16_t> port) { return c.use()->resolve_peer(ip, port); })
+      .def("wait_peer_at",
+           [](Core& c, const std::string& ip, std::optional<std::uint16_t> port, Seconds timeout) {
+             return c.blocking(
+                 [&](Session& s) { return s.wait_peer_at(ip, port, to_ms(timeout, s.options().timeout, "timeout")); });
+           })
       .def("transports", [](Core& c, std::uint32_t rank) { return c.use()->transports(rank); })
       .def("buffer_size", [](Core& c) { return c.use()->buffer().size(); })
       .def("buffer_ptr", [](Core& c) { return reinterpret_cast<std::uintptr_t>(c.use()->buffer().data()); })
@@ -551,12 +574,6 @@ PYBIND11_MODULE(_hmc, m) {
       .def("drain", &Core::drain)
       .def("disconnect", [](Core& c, std::uint32_t rank) { c.blocking([&](Session& s) { s.disconnect(rank); }); })
       .def("close", &Core::close);
-
-  py::dict features;
-  features["sdk_form"] = pending::has_sdk_form();
-  features["close_server"] = pending::has_close_server();
-  features["resolve_peer"] = pending::has_resolve_peer();
-  m.attr("features") = features;
 
   m.def("memory_available", [](int type, int device_id) {
     std::string why;

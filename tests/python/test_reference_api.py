@@ -1,8 +1,8 @@
 """The reference package's names and calling forms, with its meaning, against a peer process
 (blocking and asyncio); the SDK-guide session form once the control channel assigns ranks."""
+import asyncio
 import ctypes
 import json
-import logging
 import threading
 
 import numpy as np
@@ -10,15 +10,11 @@ import pytest
 import torch
 
 import hmc
-import hmc._hmc
 from conftest import ServerProcess, acommand, command, run_async, session_kwargs
 from patterns import pattern, sha
 
 MiB = 1 << 20
 UCX = hmc.ConnType.UCX
-FEATURES = hmc._hmc.features
-needs_sdk_form = pytest.mark.xfail(not FEATURES["sdk_form"], strict=True, raises=hmc.UnsupportedError,
-                                   reason="the SDK form (assigned ranks) comes with the control-channel branch")
 
 
 # -- IOBuffer: the directional names over sess.buf ------------------------------------------------
@@ -218,7 +214,6 @@ def test_asyncio_has_the_same_names(server, tls):
 
 
 # -- the SDK guide's session form (ranks assigned by the server) ------------------------------------
-@needs_sdk_form
 def test_sdk_form_assigns_ranks_in_connection_order(tmp_path):
     kwargs = dict(buffer_size=MiB, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
     with hmc.create_session(**kwargs) as server, hmc.create_session(**kwargs) as a, \
@@ -232,7 +227,6 @@ def test_sdk_form_assigns_ranks_in_connection_order(tmp_path):
         assert server.buf.get_bytes(0, 6) == b"from a"
 
 
-@needs_sdk_form
 def test_sdk_form_server_receives_before_the_client_connects(tmp_path):
     kwargs = dict(buffer_size=MiB, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
     with hmc.create_session(**kwargs) as server, hmc.create_session(**kwargs) as client:
@@ -246,21 +240,62 @@ def test_sdk_form_server_receives_before_the_client_connects(tmp_path):
         assert got == [7]
 
 
-@pytest.mark.xfail(not FEATURES["close_server"], strict=True, reason="close_server() comes with the ctrl branch")
 def test_close_server_stops_only_the_listener(tmp_path):
     kwargs = dict(buffer_size=MiB, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
-    with hmc.create_session(**kwargs) as s, hmc.create_session(**kwargs) as c, hmc.create_session(**kwargs) as late:
+    with hmc.create_session(**kwargs) as s, hmc.create_session(**kwargs) as c, \
+            hmc.create_session(**kwargs, timeout=1.0) as late:  # a refused connect is retried until the timeout
         s.init_server("127.0.0.1", 18600, 0, 0, 0)
         c.connect(0, 1, "127.0.0.1", 18600, s.ctrl_port)
         port = s.ctrl_port
         s.close_server()
         assert c.put(0, b"still works") == 11
         assert s.get(1, 11) == b"still works"  # both ways
-        with pytest.raises(hmc.HMCError):
+        with pytest.raises(hmc.NotConnectedError, match="refused"):
             late.connect(0, 2, "127.0.0.1", 18600, port)
 
 
-def test_features_say_what_this_build_has():
-    assert set(FEATURES) == {"sdk_form", "close_server", "resolve_peer"}
-    logging.getLogger("hmc").info("hmc features: %s", FEATURES)
+def test_a_server_naming_its_client_by_ip_waits_for_it_and_times_out_without_it(tmp_path):
+    kwargs = dict(buffer_size=MiB, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
+    with hmc.create_session(**kwargs, timeout=0.3) as lonely:
+        lonely.init_server("127.0.0.1", 0)
+        with pytest.raises(hmc.TimeoutError):
+            lonely.get("127.0.0.1", 4)  # no client ever: the session timeout, not a hang
+        with pytest.raises(hmc.NotConnectedError):
+            lonely.put_nb("127.0.0.1", None, 0, 0, 4)  # the non-blocking call never waits
+        assert not lonely.check_conn("127.0.0.1")
+    with hmc.create_session(**kwargs) as server, hmc.create_session(**kwargs) as client:
+        server.init_server("127.0.0.1", 0)
+        got = []
+        t = threading.Thread(target=lambda: got.append(server.get("127.0.0.1", 5)))
+        t.start()
+        client.connect("127.0.0.1", server.ctrl_port)
+        client.buf.put(b"early")
+        t.join(30)
+        assert len(got) == 1 and got[0] in (b"early", bytes(5))  # it ran once the client was there
 
+
+def test_an_async_server_awaits_its_client_without_blocking_the_event_loop(tmp_path):
+    kwargs = dict(buffer_size=MiB, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
+
+    async def body():
+        async with hmc.AsyncSession(**kwargs) as server:
+            await server.init_server("127.0.0.1", 0)
+            ticks = 0
+
+            async def tick():
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            ticker = asyncio.ensure_future(tick())
+            waiting = asyncio.ensure_future(server.put("127.0.0.1", b"to the client"))
+            await asyncio.sleep(0.3)
+            assert not waiting.done() and ticks > 5
+            with hmc.create_session(**kwargs) as client:
+                await asyncio.get_running_loop().run_in_executor(None, client.connect, "127.0.0.1", server.ctrl_port)
+                assert await asyncio.wait_for(waiting, 20) == 13
+                assert client.buf.get_bytes(0, 13) == b"to the client"
+            ticker.cancel()
+
+    asyncio.run(body())

@@ -134,13 +134,17 @@ TEST(SessionFailure, TwoClientsOnOneHostStayDistinctAndLeaveNoStaleEntries) {
   auto server = f.server("shm", 1u << 20);
   auto first = f.client(*server, 1, "shm", 1u << 20);
   auto second = f.client(*server, 2, "shm", 1u << 20);
-  auto at = server->ranks_at("127.0.0.1");
-  std::sort(at.begin(), at.end());
-  EXPECT_EQ(at, (std::vector<std::uint32_t>{1, 2}));
+  try {
+    server->resolve_peer("127.0.0.1", std::nullopt);
+    ADD_FAILURE() << "an ip shared by two clients resolved to one of them";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
   second.reset();
   const auto until = std::chrono::steady_clock::now() + 10s;
   while (server->peers().size() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(server->ranks_at("127.0.0.1"), std::vector<std::uint32_t>{1}) << "the first client became unreachable";
+  EXPECT_EQ(server->resolve_peer("127.0.0.1", std::nullopt), 1u) << "the first client became unreachable";
 }
 
 // resolve_peer: exact (ip, port) when a port is given, every match named when several match.
@@ -171,6 +175,22 @@ TEST(SessionFailure, ResolvePeerNamesEveryMatchAndNeverFallsBackToTheIpAlone) {
   const auto until2 = std::chrono::steady_clock::now() + 10s;
   while (!server->peers().empty() && std::chrono::steady_clock::now() < until2) std::this_thread::sleep_for(10ms);
   EXPECT_THROW(server->resolve_peer("127.0.0.1", std::nullopt), NotConnectedError);
+}
+
+// A server may name a client by its address before the client connects (the SDK guide's server
+// does): wait_peer_at waits for it, times out when none comes, and a close wakes it.
+TEST(SessionFailure, WaitPeerAtWaitsForAClientAndTimesOutOrClosesWhenNoneComes) {
+  Fixture f;
+  auto server = f.server("shm", 1u << 20);
+  EXPECT_THROW(server->wait_peer_at("127.0.0.1", std::nullopt, 100ms), TimeoutError);
+  auto waiting = std::async(std::launch::async, [&] { return server->wait_peer_at("127.0.0.1", std::nullopt, 20s); });
+  auto client = f.client(*server, 3, "shm", 1u << 20);
+  EXPECT_EQ(waiting.get(), 3u);
+  EXPECT_EQ(server->wait_peer_at("127.0.0.1", std::nullopt, 1ms), 3u);  // connected already: at once
+  EXPECT_THROW(server->wait_peer_at("127.0.0.1", std::uint16_t{1}, 100ms), TimeoutError);  // never the ip alone
+  auto pending = std::async(std::launch::async, [&] { return server->wait_peer_at("10.77.9.9", std::nullopt, 20s); });
+  server->close();
+  EXPECT_THROW(pending.get(), ClosedError);
 }
 
 // connect() names the server's data port: a port it does not serve must fail, not be accepted.

@@ -102,10 +102,10 @@ class Session {
   // (ip, port) matches. NotConnectedError when no connected peer matches, InvalidArgumentError
   // naming every match when several do (e.g. two clients on one host without a port).
   std::uint32_t resolve_peer(const std::string& ip, std::optional<std::uint16_t> data_port) const;
-  // Older lookups on the same table, kept for the Python layer until it uses resolve_peer:
-  // connected ranks known as `ip` (any port), and the first exact (ip, port) match (NotFoundError).
-  std::vector<std::uint32_t> ranks_at(const std::string& ip) const;
-  std::uint32_t rank_of(const std::string& ip, std::uint16_t data_port) const;
+  // resolve_peer() that waits (up to timeout) while no connected peer matches: a server naming a
+  // client that has not connected yet. TimeoutError, or resolve_peer's InvalidArgumentError.
+  std::uint32_t wait_peer_at(const std::string& ip, std::optional<std::uint16_t> data_port,
+                             std::chrono::milliseconds timeout);
   // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp").
   std::string transports(std::uint32_t rank) const;
 
