@@ -1,0 +1,228 @@
+// ucx_raw_bench: raw UCX doing what HMC's operations promise, as the like-for-like baseline of
+// docs/benchmarks.md (ucx_perftest's put_lat/put_bw complete locally; ours complete remotely).
+//   put   put + endpoint flush per op (the bytes are at the peer when it returns)
+//   get   get per op
+//   notify  put + flush + 8-byte active message, the peer answers with one (put + tag round trip)
+// Two processes (fork), worker addresses and rkeys over a socketpair, busy-polling progress on
+// both sides: the best case raw UCX reaches. Prints one line per (test, size): us/op p50 and mean.
+//   ucx_raw_bench [--tls shm|tcp|...] [--iters N] [--sizes 8,64,4096,...]
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr unsigned kAmPing = 1;
+constexpr unsigned kAmPong = 2;
+constexpr std::size_t kBufferSize = 4u << 20;
+
+[[noreturn]] void die(const char* what, ucs_status_t st = UCS_OK) {
+  std::fprintf(stderr, "ucx_raw_bench: %s%s%s\n", what, st == UCS_OK ? "" : ": ", st == UCS_OK ? "" : ucs_status_string(st));
+  std::exit(1);
+}
+
+void send_blob(int fd, const void* p, std::uint64_t n) {
+  if (::write(fd, &n, sizeof n) != sizeof n || ::write(fd, p, n) != static_cast<ssize_t>(n)) die("socketpair write");
+}
+
+std::vector<char> recv_blob(int fd) {
+  std::uint64_t n = 0;
+  if (::read(fd, &n, sizeof n) != sizeof n || n > (1u << 20)) die("socketpair read");
+  std::vector<char> out(n);
+  for (std::size_t got = 0; got < n;) {
+    const ssize_t r = ::read(fd, out.data() + got, n - got);
+    if (r <= 0) die("socketpair read");
+    got += static_cast<std::size_t>(r);
+  }
+  return out;
+}
+
+struct Side {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_mem_h memh = nullptr;
+  ucp_ep_h ep = nullptr;
+  ucp_rkey_h rkey = nullptr;
+  std::vector<char> buffer = std::vector<char>(kBufferSize, 1);
+  std::uint64_t remote_base = 0;
+  volatile unsigned pings = 0, pongs = 0;
+};
+
+ucs_status_t on_am(void* arg, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+  auto* counter = static_cast<volatile unsigned*>(arg);
+  *counter = *counter + 1;
+  return UCS_OK;
+}
+
+void wait(Side& s, ucs_status_ptr_t req, const char* what) {
+  if (req == nullptr) return;
+  if (UCS_PTR_IS_ERR(req)) die(what, UCS_PTR_STATUS(req));
+  ucs_status_t st;
+  while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) ucp_worker_progress(s.worker);
+  ucp_request_free(req);
+  if (st != UCS_OK) die(what, st);
+}
+
+void setup(Side& s, const std::string& tls, int fd) {
+  ucp_config_t* config = nullptr;
+  if (!tls.empty()) ::setenv("UCX_TLS", tls.c_str(), 1);
+  if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) die("ucp_config_read");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+  if (ucs_status_t st = ucp_init(&params, config, &s.context); st != UCS_OK) die("ucp_init", st);
+  ucp_config_release(config);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  if (ucs_status_t st = ucp_worker_create(s.context, &wp, &s.worker); st != UCS_OK) die("ucp_worker_create", st);
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = s.buffer.data();
+  mp.length = s.buffer.size();
+  if (ucs_status_t st = ucp_mem_map(s.context, &mp, &s.memh); st != UCS_OK) die("ucp_mem_map", st);
+  for (auto [id, counter] : {std::pair{kAmPing, &s.pings}, std::pair{kAmPong, &s.pongs}}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = on_am;
+    hp.arg = const_cast<unsigned*>(counter);
+    if (ucs_status_t st = ucp_worker_set_am_recv_handler(s.worker, &hp); st != UCS_OK) die("set_am_recv_handler", st);
+  }
+  // Exchange worker address, buffer base and rkey with the other process.
+  ucp_address_t* address = nullptr;
+  std::size_t address_len = 0;
+  if (ucs_status_t st = ucp_worker_get_address(s.worker, &address, &address_len); st != UCS_OK) die("get_address", st);
+  void* rkey_buf = nullptr;
+  std::size_t rkey_len = 0;
+  if (ucs_status_t st = ucp_rkey_pack(s.context, s.memh, &rkey_buf, &rkey_len); st != UCS_OK) die("rkey_pack", st);
+  const auto base = reinterpret_cast<std::uint64_t>(s.buffer.data());
+  send_blob(fd, address, address_len);
+  send_blob(fd, &base, sizeof base);
+  send_blob(fd, rkey_buf, rkey_len);
+  ucp_rkey_buffer_release(rkey_buf);
+  ucp_worker_release_address(s.worker, address);
+  const auto peer_address = recv_blob(fd);
+  std::memcpy(&s.remote_base, recv_blob(fd).data(), sizeof s.remote_base);
+  const auto peer_rkey = recv_blob(fd);
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ep.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  if (ucs_status_t st = ucp_ep_create(s.worker, &ep, &s.ep); st != UCS_OK) die("ucp_ep_create", st);
+  if (ucs_status_t st = ucp_ep_rkey_unpack(s.ep, peer_rkey.data(), &s.rkey); st != UCS_OK) die("rkey_unpack", st);
+}
+
+ucs_status_ptr_t send_am(Side& s, unsigned id) {
+  ucp_request_param_t p{};
+  static std::uint64_t word = 0;
+  return ucp_am_send_nbx(s.ep, id, nullptr, 0, &word, sizeof word, &p);
+}
+
+// The peer: progress until told to stop, answering every ping with a pong.
+void serve(Side& s, int fd) {
+  unsigned answered = 0;
+  for (std::uint64_t spin = 0;; ++spin) {
+    ucp_worker_progress(s.worker);
+    while (answered < s.pings) {
+      wait(s, send_am(s, kAmPong), "pong");
+      ++answered;
+    }
+    if ((spin & 1023) == 0) {
+      char c;
+      if (::recv(fd, &c, 1, MSG_DONTWAIT) == 1) return;
+    }
+  }
+}
+
+double run(Side& s, const std::string& test, std::size_t size, int iters, std::vector<double>& us) {
+  ucp_request_param_t p{};
+  us.clear();
+  for (int i = -iters / 10; i < iters; ++i) {  // the first tenth warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    if (test == "put") {
+      wait(s, ucp_put_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "put");
+      wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
+    } else if (test == "get") {
+      wait(s, ucp_get_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "get");
+    } else {
+      const unsigned want = s.pongs + 1;
+      wait(s, ucp_put_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "put");
+      wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
+      wait(s, send_am(s, kAmPing), "ping");
+      while (s.pongs < want) ucp_worker_progress(s.worker);
+    }
+    const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
+    if (i >= 0) us.push_back(d.count());
+  }
+  double sum = 0;
+  for (double v : us) sum += v;
+  return sum / static_cast<double>(us.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string tls = "shm";
+  int iters = 20000;
+  std::vector<std::size_t> sizes{8, 64, 4096, 65536, 1u << 20};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tls" && i + 1 < argc) {
+      tls = argv[++i];
+    } else if (a == "--iters" && i + 1 < argc) {
+      iters = std::max(10, std::atoi(argv[++i]));
+    } else if (a == "--sizes" && i + 1 < argc) {
+      sizes.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const unsigned long long v = std::strtoull(p, &end, 10);
+        if (end == p || v == 0 || v > kBufferSize) die("--sizes: comma-separated byte counts, 1 .. 4 MiB");
+        sizes.push_back(v);
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "usage: ucx_raw_bench [--tls shm|tcp|...] [--iters N] [--sizes 8,64,...]\n");
+      return 2;
+    }
+  }
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) die("socketpair");
+  const pid_t child = ::fork();
+  if (child < 0) die("fork");
+  Side s;
+  if (child == 0) {
+    ::close(fds[0]);
+    setup(s, tls, fds[1]);
+    serve(s, fds[1]);
+    std::_Exit(0);  // the parent measured; UCX teardown races the parent's own
+  }
+  ::close(fds[1]);
+  setup(s, tls, fds[0]);
+  std::printf("# raw UCX, tls=%s, %d iterations, two processes, busy polling; us/op\n", tls.c_str(), iters);
+  std::printf("%-7s %9s %9s %9s\n", "test", "bytes", "p50", "mean");
+  std::vector<double> us;
+  for (const char* test : {"put", "get", "notify"}) {
+    for (std::size_t size : sizes) {
+      const int n = size >= (1u << 20) ? std::max(10, iters / 20) : iters;
+      const double mean = run(s, test, size, n, us);
+      std::nth_element(us.begin(), us.begin() + static_cast<long>(us.size() / 2), us.end());
+      std::printf("%-7s %9zu %9.2f %9.2f\n", test, size, us[us.size() / 2], mean);
+      std::fflush(stdout);
+    }
+  }
+  const char quit = 'q';
+  if (::write(fds[0], &quit, 1) != 1) die("socketpair write");
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
