@@ -3,6 +3,8 @@
 
 #include <array>
 #include <atomic>
+#include <filesystem>
+#include <functional>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -12,6 +14,24 @@
 
 namespace hmc::runtime {
 namespace {
+
+using namespace std::chrono_literals;
+
+// Threads of this process right now.
+std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return pred();
+}
 
 TEST(EventLoop, ReportsTheConfiguredReactor) {
 #if defined(HMC_ASIO_IO_URING)
@@ -114,6 +134,25 @@ TEST(EventLoop, StopIsIdempotentAndDestructorJoins) {
   loop->stop();
   loop.reset();
   SUCCEED();
+}
+
+TEST(EventLoop, DestroyedByAHandlerItRunsFinishesAfterThatHandler) {
+  const std::size_t threads_before = thread_count();
+  auto loop = std::make_shared<EventLoop>();
+  loop->start();
+  EventLoop& l = *loop;
+  std::promise<void> destroyed;
+  std::atomic<bool> queued_ran{false};
+  // The handler holds the last owner: the loop is destroyed on its own thread while run() is on the stack.
+  l.submit([owner = std::move(loop), &destroyed, &l, &queued_ran]() mutable {
+    asio::post(l.executor(), [&queued_ran] { queued_ran = true; });  // still queued when the loop dies
+    owner.reset();
+    destroyed.set_value();
+  });
+  auto f = destroyed.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(eventually([&] { return thread_count() <= threads_before; })) << "the loop thread must end";
+  EXPECT_TRUE(queued_ran.load()) << "completions queued at destruction run before the context dies";
 }
 
 }  // namespace

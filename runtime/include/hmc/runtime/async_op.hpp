@@ -14,15 +14,29 @@ using loop_executor = asio::io_context::executor_type;
 // No deadline: for waits whose caller handles time itself.
 inline constexpr std::chrono::nanoseconds kNoTimeout = std::chrono::nanoseconds::max();
 
+namespace detail {
+// After a post from outside the loop: a caller-driven loop's wakeup fd becomes readable.
+void notify_posted(asio::io_context& io) noexcept;
+}  // namespace detail
+
+// Posts f to the loop from any thread (a loop driven from an outside selector learns of it).
+template <class F>
+void post_to_loop(loop_executor loop, F&& f) {
+  asio::post(loop, std::forward<F>(f));
+  if (!loop.running_in_this_thread()) detail::notify_posted(asio::query(loop, asio::execution::context));
+}
+
 // Runs init(any_completion_handler<Signature>) on the loop thread (inline when already there).
 template <class Signature, class Token, class Init>
 auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
   return asio::async_initiate<Token, Signature>(
       [loop](auto handler, auto start) mutable {
         asio::any_completion_handler<Signature> erased(std::move(handler));
+        const bool posted = !loop.running_in_this_thread();
         asio::dispatch(loop, [erased = std::move(erased), start = std::move(start)]() mutable {
           start(std::move(erased));
         });
+        if (posted) detail::notify_posted(asio::query(loop, asio::execution::context));
       },
       token, std::forward<Init>(init));
 }
