@@ -69,7 +69,7 @@ class Session:
     """One registered buffer, a control channel and UCX endpoints to peers (see create_session)."""
 
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
-                 local_ip=None, *, progress_mode="event", ucx_tls=None, ucx_net_devices=None, timeout=30.0,
+                 local_ip=None, *, progress_mode="adaptive", ucx_tls=None, ucx_net_devices=None, timeout=30.0,
                  ctrl_uds_dir=None):
         if num_chs < 1:
             raise InvalidArgumentError("num_chs must be >= 1")
