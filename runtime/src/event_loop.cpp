@@ -21,16 +21,11 @@ namespace detail {
 bool asio_uring_cancel_fix_applied() noexcept;
 int take_reactor_fd() noexcept;
 
-namespace {
-// Loops with a wakeup fd in this process: while there are none, a post costs no service lookup.
-std::atomic<int> wakeup_fds{0};
-
-// Reaches a loop's wakeup eventfd from its io_context: posts made through Asio alone know no more.
-class LoopWakeup final : public asio::execution_context::service {
+class LoopWakeup {
  public:
-  static inline asio::execution_context::id id;
-  explicit LoopWakeup(asio::execution_context& ctx) : service(ctx) {}
-
+  ~LoopWakeup() {
+    if (const int fd = efd.load(); fd >= 0) ::close(fd);
+  }
   void signal() noexcept {
     const int fd = efd.load(std::memory_order_acquire);
     if (fd < 0 || signalled.exchange(true, std::memory_order_acq_rel)) return;  // one write per poll()
@@ -45,17 +40,31 @@ class LoopWakeup final : public asio::execution_context::service {
     return true;
   }
 
-  std::atomic<int> efd{-1};
+  std::atomic<int> efd{-1};  // set once, by EventLoop::wakeup_fd()
   std::atomic<bool> signalled{false};
+};
+
+void signal(LoopWakeup& wakeup) noexcept { wakeup.signal(); }
+
+namespace {
+// Loops with a wakeup fd in this process: while there are none, a post costs no service lookup.
+std::atomic<int> wakeup_fds{0};
+
+// Finds a loop's wakeup from its io_context: posts made through an executor know no more.
+class WakeupService final : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
+  explicit WakeupService(asio::execution_context& ctx) : service(ctx) {}
+  std::shared_ptr<LoopWakeup> wakeup;  // set when the EventLoop is built, before anyone posts
 
  private:
   void shutdown() override {}
 };
 }  // namespace
 
-void notify_posted(asio::io_context& io) noexcept {
-  if (wakeup_fds.load(std::memory_order_relaxed) == 0) return;
-  asio::use_service<LoopWakeup>(io).signal();
+std::shared_ptr<LoopWakeup> wakeup_for_post(loop_executor loop) {
+  if (wakeup_fds.load(std::memory_order_relaxed) == 0 || loop.running_in_this_thread()) return nullptr;
+  return asio::use_service<WakeupService>(asio::query(loop, asio::execution::context)).wakeup;
 }
 }  // namespace detail
 
@@ -71,15 +80,14 @@ struct EventLoop::State {
     // Creating an I/O object creates the reactor on this thread: its fd is recorded there.
     { asio::steady_timer first(io); }
     reactor_fd = detail::take_reactor_fd();
+    asio::use_service<detail::WakeupService>(io).wakeup = wakeup;
   }
 
   ~State() {
     if (!drained) drain();
     if (epoll_fd >= 0) {
-      wakeup.efd.store(-1);
       --detail::wakeup_fds;
-      ::close(epoll_fd);
-      ::close(wake_efd);
+      ::close(epoll_fd);  // the eventfd closes with its last LoopWakeup holder
     }
   }
 
@@ -122,7 +130,7 @@ struct EventLoop::State {
       if (done() || io.stopped() || clock::now() >= deadline) return false;
       if (!leading) break;
       waiters.push_back(&self);
-      ++waiter_count;  // before done() is checked again in the wait: the driver's fence pairs with it
+      ++waiter_count;  // before done() is checked again in the wait: pairs with wake_done_waiters
       self.cv.wait_until(lock, deadline, [&] { return self.woken || !leading || done(); });
       std::erase(waiters, &self);
       --waiter_count;
@@ -135,8 +143,9 @@ struct EventLoop::State {
 
   // Wakes the waiters whose condition now holds (after each handler the driver runs).
   void wake_done_waiters() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // the handler's effect before the count
-    if (waiter_count.load(std::memory_order_relaxed) == 0) return;
+    // An RMW, not a load: it orders the handler's effect before the count against the waiter's
+    // increment (one of the two reads the other), so a waiter that registers now is never missed.
+    if (waiter_count.fetch_add(0, std::memory_order_seq_cst) == 0) return;
     std::lock_guard<std::mutex> lock(mutex);
     for (Waiter* w : waiters) {
       if (!w->woken && (*w->done)()) {
@@ -189,7 +198,7 @@ struct EventLoop::State {
     }
     std::size_t n = 0;
     try {
-      wakeup.consume();
+      wakeup->consume();
       for (auto it = pollers.begin(); it != pollers.end();) {
         if (auto p = it->lock()) {
           p->poke();
@@ -202,7 +211,7 @@ struct EventLoop::State {
         ++n;
         wake_done_waiters();
       }
-      if (n == kPollBatch) wakeup.signal();  // more may be ready: the wakeup fd stays readable
+      if (n == kPollBatch) wakeup->signal();  // more may be ready: the wakeup fd stays readable
     } catch (...) {
       leave();
       throw;
@@ -238,24 +247,22 @@ struct EventLoop::State {
       if (ep >= 0) ::close(ep);
       throw std::system_error(err, std::generic_category(), "EventLoop::wakeup_fd");
     }
-    wake_efd = efd;
     epoll_fd = ep;
+    wakeup->efd.store(efd, std::memory_order_release);
     ++detail::wakeup_fds;
-    wakeup.efd.store(efd, std::memory_order_release);
     return epoll_fd;
   }
 
   const EventLoopOptions options;
   asio::io_context io{1};
   asio::executor_work_guard<executor_type> work{io.get_executor()};
-  detail::LoopWakeup& wakeup{asio::use_service<detail::LoopWakeup>(io)};
+  const std::shared_ptr<detail::LoopWakeup> wakeup = std::make_shared<detail::LoopWakeup>();
   std::thread thread;                        // the owned thread, after start()
   std::atomic<std::thread::id> driver{};     // the thread running handlers now
   std::atomic<bool> dedicated{false};        // start() or run(): that thread runs it for good
   bool drained = false;
   int reactor_fd = -1;                       // the io_uring ring (or epoll set) Asio sleeps in
-  int wake_efd = -1;                         // signalled by posts from other threads
-  int epoll_fd = -1;                         // the wakeup fd: reactor_fd + wake_efd
+  int epoll_fd = -1;                         // the wakeup fd: reactor_fd + wakeup->efd
   std::vector<std::weak_ptr<detail::PollerDriver>> pollers;  // loop thread only
 
   std::mutex mutex;  // leading, waiters, deferred_*
@@ -341,8 +348,6 @@ asio::io_context& EventLoop::context() noexcept { return state_->io; }
 const EventLoopOptions& EventLoop::options() const noexcept { return state_->options; }
 
 bool EventLoop::in_loop_thread() const noexcept { return state_->on_driver_thread(); }
-
-void EventLoop::wake() noexcept { state_->wakeup.signal(); }
 
 PollerHandle EventLoop::attach(Poller& poller) {
   auto driver = std::make_shared<detail::PollerDriver>(state_->io, poller, state_->options);

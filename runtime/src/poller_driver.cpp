@@ -1,6 +1,6 @@
 #include "poller_driver.hpp"
 
-#include <algorithm>
+#include <sys/resource.h>
 
 #include "hmc/runtime/event_loop.hpp"
 #include "hmc/runtime/log.hpp"
@@ -60,6 +60,11 @@ void PollerDriver::schedule() {
   });
 }
 
+long PollerDriver::preemptions() noexcept {
+  ::rusage usage{};
+  return ::getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : 0;
+}
+
 PollerDriver::clock::duration PollerDriver::spin_window() const noexcept {
   switch (mode_) {
     case ProgressMode::hybrid: return hybrid_spin_;
@@ -94,6 +99,7 @@ void PollerDriver::cycle() {
     schedule();  // events raced with arming: progress again, never sleep on them
     return;
   }
+  if (mode_ == ProgressMode::adaptive) activity_.sleeping(clock::now(), preemptions());
   wait_fd();
   if (poller_.has_pending()) arm_safety_timer();
 }

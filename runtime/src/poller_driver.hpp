@@ -32,6 +32,7 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   void schedule();
   void cycle();
   clock::duration spin_window() const noexcept;
+  static long preemptions() noexcept;  // this thread's involuntary context switches
   void wait_fd();
   void arm_safety_timer();
 

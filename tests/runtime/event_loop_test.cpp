@@ -1,5 +1,6 @@
 // EventLoop: reactor backend, owned thread vs caller's thread, cross-thread submission.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -17,12 +19,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Threads of this process right now.
-std::size_t thread_count() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
-}
+// Whether a thread of this process (a Linux tid) still exists.
+bool thread_alive(pid_t tid) { return std::filesystem::exists("/proc/self/task/" + std::to_string(tid)); }
 
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5s) {
   const auto end = std::chrono::steady_clock::now() + limit;
@@ -137,10 +135,10 @@ TEST(EventLoop, StopIsIdempotentAndDestructorJoins) {
 }
 
 TEST(EventLoop, DestroyedByAHandlerItRunsFinishesAfterThatHandler) {
-  const std::size_t threads_before = thread_count();
   auto loop = std::make_shared<EventLoop>();
   loop->start();
   EventLoop& l = *loop;
+  const pid_t loop_tid = l.call([] { return ::gettid(); });
   std::promise<void> destroyed;
   std::atomic<bool> queued_ran{false};
   // The handler holds the last owner: the loop is destroyed on its own thread while run() is on the stack.
@@ -151,7 +149,7 @@ TEST(EventLoop, DestroyedByAHandlerItRunsFinishesAfterThatHandler) {
   });
   auto f = destroyed.get_future();
   ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
-  EXPECT_TRUE(eventually([&] { return thread_count() <= threads_before; })) << "the loop thread must end";
+  EXPECT_TRUE(eventually([&] { return !thread_alive(loop_tid); })) << "the loop thread must end";
   EXPECT_TRUE(queued_ran.load()) << "completions queued at destruction run before the context dies";
 }
 

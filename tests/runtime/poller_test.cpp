@@ -192,7 +192,6 @@ TEST(Poller, AdaptiveSpinsAfterASubmissionWhenAnswersCameThatFast) {
   loop.start();
   EventfdPoller p;
   Attached a(loop, p);
-  ASSERT_TRUE(goes_quiet(p.progress_calls));
   // Teach it: each submission is answered ~20 ms later (signalled, so a sleeping loop wakes too).
   for (int round = 1; round <= 16; ++round) {
     loop.submit([&] { a.handle.kick(); });
@@ -205,7 +204,6 @@ TEST(Poller, AdaptiveSpinsAfterASubmissionWhenAnswersCameThatFast) {
   std::this_thread::sleep_for(5ms);
   p.add_work(1, /*signal=*/false);
   EXPECT_TRUE(eventually([&] { return p.completed.load() == 17; }));
-  EXPECT_TRUE(goes_quiet(p.progress_calls)) << "and once the spin (~40 ms here) is over it sleeps again";
 }
 
 TEST(Poller, DetachReleasesTheFdAndStopsProgress) {

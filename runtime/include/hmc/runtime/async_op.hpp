@@ -3,6 +3,7 @@
 // last (use_awaitable, use_future, a callback, deferred), started on the loop thread and completed
 // through the handler's own executor after a post, never inside the code that found the result.
 #include <chrono>
+#include <memory>
 #include <utility>
 
 #include "hmc/runtime/asio.hpp"
@@ -15,15 +16,20 @@ using loop_executor = asio::io_context::executor_type;
 inline constexpr std::chrono::nanoseconds kNoTimeout = std::chrono::nanoseconds::max();
 
 namespace detail {
-// After a post from outside the loop: a caller-driven loop's wakeup fd becomes readable.
-void notify_posted(asio::io_context& io) noexcept;
+// The eventfd behind a caller-driven loop's wakeup fd; shared, so that a poster can still signal
+// it after its post, when a handler may already have destroyed the loop.
+class LoopWakeup;
+// Taken before a post from outside the loop: null unless the loop has a wakeup fd.
+std::shared_ptr<LoopWakeup> wakeup_for_post(loop_executor loop);
+void signal(LoopWakeup& wakeup) noexcept;
 }  // namespace detail
 
 // Posts f to the loop from any thread (a loop driven from an outside selector learns of it).
 template <class F>
 void post_to_loop(loop_executor loop, F&& f) {
+  const auto wakeup = detail::wakeup_for_post(loop);
   asio::post(loop, std::forward<F>(f));
-  if (!loop.running_in_this_thread()) detail::notify_posted(asio::query(loop, asio::execution::context));
+  if (wakeup) detail::signal(*wakeup);
 }
 
 // Runs init(any_completion_handler<Signature>) on the loop thread (inline when already there).
@@ -32,11 +38,11 @@ auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
   return asio::async_initiate<Token, Signature>(
       [loop](auto handler, auto start) mutable {
         asio::any_completion_handler<Signature> erased(std::move(handler));
-        const bool posted = !loop.running_in_this_thread();
+        const auto wakeup = detail::wakeup_for_post(loop);
         asio::dispatch(loop, [erased = std::move(erased), start = std::move(start)]() mutable {
           start(std::move(erased));
         });
-        if (posted) detail::notify_posted(asio::query(loop, asio::execution::context));
+        if (wakeup) detail::signal(*wakeup);
       },
       token, std::forward<Init>(init));
 }

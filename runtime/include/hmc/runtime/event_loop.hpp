@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "hmc/runtime/asio.hpp"
+#include "hmc/runtime/async_op.hpp"
 #include "hmc/runtime/poller_handle.hpp"
 #include "hmc/runtime/progress_mode.hpp"
 
@@ -119,10 +120,8 @@ class EventLoop {
 
   template <class F>
   void post(F&& f) {
-    asio::post(executor(), std::forward<F>(f));
-    wake();
+    post_to_loop(executor(), std::forward<F>(f));  // touches nothing of this object after posting
   }
-  void wake() noexcept;
 
   std::shared_ptr<State> state_;  // shared with the owned thread: it may outlive this object
 };
