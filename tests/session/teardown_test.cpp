@@ -1,9 +1,11 @@
 // A Session destroyed by a completion handler running on its own loop thread (the last owner
 // dropped inside a callback): no std::terminate, the loop thread ends, nothing leaks (ASan).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <future>
 #include <thread>
 
@@ -14,10 +16,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::size_t thread_count() {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
+// Whether a thread of this process (a Linux tid) still exists.
+bool thread_alive(pid_t tid) { return std::filesystem::exists("/proc/self/task/" + std::to_string(tid)); }
+
+// The Linux tid of the thread that runs the session's loop.
+pid_t loop_tid(Session& s) {
+  std::promise<pid_t> tid;
+  runtime::asio::post(s.executor(), [&] { tid.set_value(::gettid()); });
+  return tid.get_future().get();
 }
 
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 10s) {
@@ -53,8 +59,8 @@ class SessionTeardown : public ::testing::Test {
 };
 
 TEST_F(SessionTeardown, LastSharedOwnerDroppedInsideAPutCallback) {
-  const std::size_t threads_before = thread_count();
   std::shared_ptr<Session> client = connected_client();
+  const pid_t client_loop = loop_tid(*client);
   test::fill(client->buffer(), 0, 4096, 7);
   Session& c = *client;
   std::promise<std::exception_ptr> done;
@@ -67,12 +73,12 @@ TEST_F(SessionTeardown, LastSharedOwnerDroppedInsideAPutCallback) {
   EXPECT_EQ(f.get(), nullptr);
   EXPECT_TRUE(test::holds(server->buffer(), 64, 4096, 7));
   EXPECT_TRUE(eventually([&] { return server->peers().empty(); })) << "the server sees the client go";
-  EXPECT_TRUE(eventually([&] { return thread_count() <= threads_before; })) << "the client's loop thread must end";
+  EXPECT_TRUE(eventually([&] { return !thread_alive(client_loop); })) << "the client's loop thread must end";
 }
 
 TEST_F(SessionTeardown, UniqueOwnerResetInsideACtrlRecvCallback) {
-  const std::size_t threads_before = thread_count();
   std::unique_ptr<Session> client = connected_client();
+  const pid_t client_loop = loop_tid(*client);
   Session& c = *client;
   std::promise<std::uint64_t> got;
   c.async_ctrl_recv(0, 10s, [&client, &got](std::exception_ptr e, CtrlMessage m) {
@@ -84,7 +90,7 @@ TEST_F(SessionTeardown, UniqueOwnerResetInsideACtrlRecvCallback) {
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
   EXPECT_EQ(f.get(), 42u);
   EXPECT_TRUE(eventually([&] { return server->peers().empty(); }));
-  EXPECT_TRUE(eventually([&] { return thread_count() <= threads_before; }));
+  EXPECT_TRUE(eventually([&] { return !thread_alive(client_loop); }));
 }
 
 TEST_F(SessionTeardown, CallerDrivenSessionDestroyedInsideACallbackThatProgressRuns) {
