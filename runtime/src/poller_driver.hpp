@@ -34,7 +34,7 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   clock::duration spin_window() const noexcept;
   static long preemptions() noexcept;  // this thread's involuntary context switches
   void wait_fd();
-  void arm_safety_timer();
+  void arm_safety_timer(std::chrono::microseconds after);
 
   asio::io_context& io_;
   Poller& poller_;
@@ -45,6 +45,7 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   asio::steady_timer safety_timer_;
   AdaptiveSpin activity_;  // the last activity, and (adaptive mode) how long to spin after it
   bool idle_ = false;      // the last progress() found nothing: the next work it finds is an arrival
+  int idle_busy_arms_ = 0;  // arms in a row that answered busy while progress found nothing
   bool scheduled_ = false;
   bool fd_waiting_ = false;
   bool timer_armed_ = false;
