@@ -141,8 +141,9 @@ class Session(ReferenceSession):
         mem = _args.mem_type(mem_type)
         self.num_chs = _args.integer(num_chs, "num_chs", 1, 1 << 16)  # the reference's; UCX uses one endpoint
         local_ip = None if local_ip in (None, "") else _args.ip(local_ip, "local_ip")
-        if progress_mode not in ("event", "poll", "hybrid"):
-            raise InvalidArgumentError(f"progress_mode must be 'event', 'poll' or 'hybrid', not {progress_mode!r}")
+        if progress_mode not in ("adaptive", "event", "poll", "hybrid"):
+            raise InvalidArgumentError(
+                f"progress_mode must be 'adaptive', 'event', 'poll' or 'hybrid', not {progress_mode!r}")
         self.timeout = _args.session_timeout(timeout)
         self._core = Core(size, int(mem), device_id, local_ip or "", progress_mode, _args.text(ucx_tls, "ucx_tls"),
                           _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
