@@ -72,7 +72,9 @@ namespace {
 // poll() runs at most this many handlers: a poller that spins (poll, adaptive) re-posts itself.
 constexpr std::size_t kPollBatch = 256;
 // How long destruction lets cancelled operations complete before the context dies.
-constexpr std::chrono::milliseconds kDrainTime{200};
+// The drain runs in slices: another one as long as the last ran a handler, at most kDrainLimit.
+constexpr std::chrono::milliseconds kDrainSlice{200};
+constexpr std::chrono::seconds kDrainLimit{10};
 }  // namespace
 
 struct EventLoop::State {
@@ -109,16 +111,27 @@ struct EventLoop::State {
   // Lets the completions of operations cancelled by close/shutdown run before the context dies:
   // Asio 1.26's io_uring backend destroys abandoned handlers after the services their I/O objects
   // use, so a handler owning a socket or timer would touch a destroyed service (seen under ASan).
+  // A fixed time was not enough: thousands of queued completions (a Session destroyed with its
+  // operations in flight) outlasted it, and the cancelled waits behind them died with the context.
+  // A slice that runs nothing means only operations that never complete are left (uncancelled I/O).
   void drain() noexcept {
     drained = true;
     io.restart();
     driver.store(std::this_thread::get_id());
+    const auto limit = clock::now() + kDrainLimit;
     try {
-      io.run_for(kDrainTime);
+      while (io.run_for(kDrainSlice) != 0 && !io.stopped() && clock::now() < limit) {
+      }
     } catch (const std::exception& e) {
       log().error("a handler threw while the event loop drained at destruction: {}", e.what());
     }
     driver.store(std::thread::id{});
+    if (!io.stopped() && clock::now() >= limit) {
+      // Handlers kept coming (one re-posting itself): destroying the context now would destroy
+      // the rest after the services they use. Leaking it is the lesser harm.
+      log().error("event loop still busy {} s into its destruction: its io_context is leaked", kDrainLimit.count());
+      (void)io_owner.release();
+    }
   }
 
   // Becomes the driver; false (without driving) once done() holds, the deadline passed or the loop
@@ -254,7 +267,8 @@ struct EventLoop::State {
   }
 
   const EventLoopOptions options;
-  asio::io_context io{1};
+  std::unique_ptr<asio::io_context> io_owner = std::make_unique<asio::io_context>(1);  // leaked by a drain that cannot end
+  asio::io_context& io = *io_owner;
   asio::executor_work_guard<executor_type> work{io.get_executor()};
   const std::shared_ptr<detail::LoopWakeup> wakeup = std::make_shared<detail::LoopWakeup>();
   std::thread thread;                        // the owned thread, after start()

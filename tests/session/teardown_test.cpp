@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -109,6 +110,37 @@ TEST_F(SessionTeardown, CallerDrivenSessionDestroyedInsideACallbackThatProgressR
   while (!destroyed && std::chrono::steady_clock::now() < deadline) c.progress();
   EXPECT_TRUE(destroyed);
   EXPECT_TRUE(eventually([&] { return server->peers().empty(); }));
+}
+
+// Destroying a Session with thousands of completions queued: every handler runs once (done or
+// failed), none after the session's state is gone (ASan), whichever thread destroys it.
+TEST_F(SessionTeardown, ManyQueuedCompletionsWhenDestroyedFromAnotherThread) {
+  std::unique_ptr<Session> client = connected_client();
+  constexpr int kOps = 4000;
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  for (int i = 0; i < kOps; ++i) client->async_put(0, 64 * (i % 64), 64 * (i % 64), 64, [ran](std::exception_ptr) { ++*ran; });
+  client.reset();
+  EXPECT_EQ(ran->load(), kOps);
+  EXPECT_TRUE(eventually([&] { return server->peers().empty(); }));
+}
+
+TEST_F(SessionTeardown, ManyQueuedCompletionsWhenDestroyedInsideTheFirstCallback) {
+  std::shared_ptr<Session> client = connected_client();
+  const pid_t client_loop = loop_tid(*client);
+  constexpr int kOps = 4000;
+  auto ran = std::make_shared<std::atomic<int>>(0);
+  Session& c = *client;
+  std::promise<void> issued;
+  runtime::asio::post(c.executor(), [f = issued.get_future().share()] { f.wait(); });  // holds the loop
+  c.async_put(0, 0, 0, 64, [client, ran](std::exception_ptr) mutable {
+    ++*ran;
+    client.reset();  // the last owner, with the other puts still queued
+  });
+  for (int i = 1; i < kOps; ++i) c.async_put(0, 64 * (i % 64), 64 * (i % 64), 64, [ran](std::exception_ptr) { ++*ran; });
+  client.reset();
+  issued.set_value();
+  EXPECT_TRUE(eventually([&] { return !thread_alive(client_loop); }));
+  EXPECT_EQ(ran->load(), kOps);
 }
 
 }  // namespace
