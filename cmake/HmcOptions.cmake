@@ -7,6 +7,7 @@ if(NOT Python_EXECUTABLE AND EXISTS /usr/bin/python3)
 endif()
 option(HMC_WERROR "Treat compiler warnings as errors" ON)
 option(HMC_SANITIZE "Build with AddressSanitizer + UndefinedBehaviorSanitizer" OFF)
+option(HMC_TSAN "Build with ThreadSanitizer (alone: it cannot be combined with HMC_SANITIZE)" OFF)
 option(HMC_FUZZ "Build the libFuzzer targets in tests/fuzz (clang only; scripts/fuzz runs them)" OFF)
 option(HMC_ASIO_URING_CANCEL_FIX "Clear user_data on every io_uring SQE Asio 1.26 takes (upstream fix of Asio 1.27)" ON)
 set(HMC_ASIO_BACKEND "io_uring" CACHE STRING "Asio reactor: io_uring or epoll")
@@ -21,7 +22,16 @@ target_compile_options(hmc_warnings INTERFACE
   -Wcast-align -Wunused -Woverloaded-virtual -Wformat=2
   $<$<BOOL:${HMC_WERROR}>:-Werror>)
 
+if(HMC_SANITIZE AND HMC_TSAN)
+  message(FATAL_ERROR "HMC_SANITIZE (ASan + UBSan) and HMC_TSAN (ThreadSanitizer) exclude each other: build twice")
+endif()
 if(HMC_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
+endif()
+if(HMC_TSAN)
+  # -Wno-tsan: Asio's fenced blocks use std::atomic_thread_fence, which TSan does not model; the
+  # scheduler's mutex, which it does model, is what hands operations between threads.
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -Wno-tsan)
+  add_link_options(-fsanitize=thread)
 endif()

@@ -10,6 +10,9 @@ mkdir -p "$dir"
 launcher=()
 if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  # The runtime's precompiled header (-include cmake_pch.hxx): without this sloppiness ccache
+  # refuses every compile that uses it ("could not use precompiled header"), i.e. nearly all.
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S . -B "$dir" -G Ninja -DHMC_WERROR=ON "${launcher[@]}" "$@" >"$dir/configure.log" 2>&1 ||

@@ -1,7 +1,7 @@
 """Python overhead as a number: asyncio put latency (8 B, one in flight) and 1 MiB put bandwidth
 (`depth` tasks in flight), two AsyncSessions on loopback in one process.
 
-    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/asyncio_put.py [transport=shm] [mode=event]
+    PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/asyncio_put.py [transport=shm] [mode=adaptive]
 Prints RESULT lines like hmc_loopback's.
 """
 import asyncio
@@ -44,4 +44,4 @@ async def main(tls, mode, small_iters=5000, big=1 << 20, big_iters=2000, depth=1
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "shm", sys.argv[2] if len(sys.argv) > 2 else "event"))
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "shm", sys.argv[2] if len(sys.argv) > 2 else "adaptive"))

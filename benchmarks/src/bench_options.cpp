@@ -29,8 +29,8 @@ std::size_t parse_size(const std::string& text) {
 
 std::string Options::usage() {
   return "usage: hmc_bench [--role loopback|server|client] [--host IP] [--port P]\n"
-         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline] [--sizes 8,64K,1M | 8:64M]\n"
-         "                 [--depth N] [--peers N] [--mode event|poll|hybrid] [--tls shm|tcp|...]\n"
+         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle] [--sizes 8,64K,1M | 8:64M]\n"
+         "                 [--depth N] [--peers N] [--mode adaptive|event|poll|hybrid] [--tls shm|tcp|...]\n"
          "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n";
 }
 
@@ -60,7 +60,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--peers") o.peers = static_cast<std::uint32_t>(std::stoul(value()));
     else if (flag == "--mode") {
       const auto m = runtime::parse_progress_mode(value());
-      if (!m) throw std::invalid_argument("--mode must be event, poll or hybrid");
+      if (!m) throw std::invalid_argument("--mode must be adaptive, event, poll or hybrid");
       o.mode = *m;
     } else if (flag == "--tls") o.tls = value();
     else if (flag == "--net-devices") o.net_devices = value();
@@ -78,7 +78,8 @@ Options parse_options(int argc, char** argv) {
     throw std::invalid_argument("--role must be loopback, server or client");
   if (o.depth == 0 || o.peers == 0 || o.sizes.empty()) throw std::invalid_argument("--depth, --peers, --sizes must be > 0");
   for (const auto& t : o.tests)
-    if (t != "put_bw" && t != "get_bw" && t != "put_lat" && t != "get_lat" && t != "batch" && t != "pipeline")
+    if (t != "put_bw" && t != "get_bw" && t != "put_lat" && t != "get_lat" && t != "batch" && t != "pipeline" &&
+        t != "idle")
       throw std::invalid_argument("unknown test '" + t + "'");
   return o;
 }

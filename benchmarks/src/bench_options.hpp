@@ -17,7 +17,7 @@ struct Options {
   std::vector<std::size_t> sizes{8, 64, 512, 4096, 32768, 65536, 262144, 1u << 20, 4u << 20, 16u << 20, 64u << 20};
   std::size_t depth = 16;          // operations in flight (bw tests), segments (batch), window (pipeline)
   std::uint32_t peers = 1;         // clients started by loopback, each its own process
-  runtime::ProgressMode mode = runtime::ProgressMode::event;
+  runtime::ProgressMode mode = runtime::ProgressMode::adaptive;  // the Session default
   std::string tls;                 // UCX_TLS for both sides; empty: UCX default
   std::string net_devices = "lo";
   long iters = 0;                  // 0: chosen per size

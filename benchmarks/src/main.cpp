@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_options.hpp"
@@ -29,7 +30,8 @@ namespace asio = runtime::asio;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-const char* const kTests[] = {"put_bw", "get_bw", "put_lat", "get_lat", "batch", "pipeline"};
+const char* const kTests[] = {"put_bw", "get_bw", "put_lat", "get_lat", "batch", "pipeline", "idle"};
+constexpr auto kIdleTime = 1s;  // the idle test: connected, nothing sent
 constexpr std::uint32_t kFinish = 99;
 constexpr std::size_t kPipelineChunk = 1u << 20;
 
@@ -105,6 +107,7 @@ struct Result {
   std::size_t size = 0, depth = 0;
   long iters = 0;
   double seconds = 0, bw_mbps = 0, msg_rate = 0, p50_us = 0, p99_us = 0, max_us = 0, cpu_s_per_gb = 0;
+  double cpu_pct = 0;  // CPU of both processes during the measurement, in % of one core
 };
 
 struct Peer {
@@ -169,11 +172,15 @@ Result measure(Session& s, const std::vector<Peer>& peers, const Options& o, con
     for (auto& f : done) f.get();
   };
   std::vector<std::vector<double>> lat(lanes * peers.size());
-  run_lanes(warm, lat);  // the servers of latency tests echo warm-up rounds too
+  if (test != "idle") run_lanes(warm, lat);  // the servers of latency tests echo warm-up rounds too
   for (auto& v : lat) v.clear();
   const double cpu0 = cpu_seconds();
   const auto t0 = clock_type::now();
-  run_lanes(per_lane, lat);
+  if (test == "idle") {
+    std::this_thread::sleep_for(kIdleTime);
+  } else {
+    run_lanes(per_lane, lat);
+  }
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   double cpu = cpu_seconds() - cpu0;
   for (const auto& p : peers) {
@@ -186,7 +193,7 @@ Result measure(Session& s, const std::vector<Peer>& peers, const Options& o, con
   r.test = test;
   r.size = size;
   r.depth = lanes == 1 && !latency ? o.depth : lanes;
-  r.iters = per_lane * static_cast<long>(lanes * peers.size());
+  r.iters = test == "idle" ? 0 : per_lane * static_cast<long>(lanes * peers.size());
   r.seconds = secs;
   const double per_op_bytes = static_cast<double>(size) * (test == "batch" ? static_cast<double>(o.depth) : 1.0) *
                               (test == "put_lat" ? 2.0 : 1.0);
@@ -196,7 +203,8 @@ Result measure(Session& s, const std::vector<Peer>& peers, const Options& o, con
   r.p50_us = percentile(all, 0.50);
   r.p99_us = percentile(all, 0.99);
   r.max_us = all.empty() ? 0 : all.back();
-  r.cpu_s_per_gb = cpu / (bytes / 1e9);
+  r.cpu_s_per_gb = bytes > 0 ? cpu / (bytes / 1e9) : 0;
+  r.cpu_pct = 100.0 * cpu / secs;
   return r;
 }
 
@@ -219,18 +227,20 @@ void write_outputs(const Options& o, const std::vector<Result>& rs) {
       f << "  {\"test\": \"" << r.test << "\", \"size\": " << r.size << ", \"depth\": " << r.depth
         << ", \"iters\": " << r.iters << ", \"seconds\": " << r.seconds << ", \"bw_mbps\": " << r.bw_mbps
         << ", \"msg_rate\": " << r.msg_rate << ", \"lat_p50_us\": " << r.p50_us << ", \"lat_p99_us\": " << r.p99_us
-        << ", \"lat_max_us\": " << r.max_us << ", \"cpu_s_per_gb\": " << r.cpu_s_per_gb << "}"
+        << ", \"lat_max_us\": " << r.max_us << ", \"cpu_s_per_gb\": " << r.cpu_s_per_gb
+        << ", \"cpu_pct\": " << r.cpu_pct << "}"
         << (i + 1 < rs.size() ? ",\n" : "\n");
     }
     f << " ]}\n";
   }
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);
-    f << "impl,tls,mode,test,size,depth,iters,seconds,bw_mbps,msg_rate,lat_p50_us,lat_p99_us,lat_max_us,cpu_s_per_gb\n";
+    f << "impl,tls,mode,test,size,depth,iters,seconds,bw_mbps,msg_rate,lat_p50_us,lat_p99_us,lat_max_us,cpu_s_per_gb,"
+         "cpu_pct\n";
     for (const auto& r : rs)
       f << "hmc-cpp," << (o.tls.empty() ? "default" : o.tls) << "," << mode << "," << r.test << "," << r.size << ","
         << r.depth << "," << r.iters << "," << r.seconds << "," << r.bw_mbps << "," << r.msg_rate << "," << r.p50_us
-        << "," << r.p99_us << "," << r.max_us << "," << r.cpu_s_per_gb << "\n";
+        << "," << r.p99_us << "," << r.max_us << "," << r.cpu_s_per_gb << "," << r.cpu_pct << "\n";
   }
 }
 
@@ -247,8 +257,8 @@ int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std:
                 runtime::to_string(o.mode).data(), s.transports(peers.front().rank).c_str(), o.depth, peers.size());
   std::vector<Result> results;
   if (!o.quiet)
-    std::printf("%-9s %8s %8s %12s %12s %10s %10s %10s %10s\n", "test", "size", "iters", "MB/s", "msg/s", "p50 us",
-                "p99 us", "max us", "CPU s/GB");
+    std::printf("%-9s %8s %8s %12s %12s %10s %10s %10s %10s %8s\n", "test", "size", "iters", "MB/s", "msg/s",
+                "p50 us", "p99 us", "max us", "CPU s/GB", "CPU %");
   const std::size_t total = o.tests.size() * o.sizes.size();
   std::size_t done = 0;
   for (const auto& test : o.tests) {
@@ -257,9 +267,9 @@ int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std:
       Result r = measure(s, peers, o, test, size);
       if (!o.quiet) {
         std::fprintf(stderr, "\r%60s\r", "");
-        std::printf("%-9s %8s %8ld %12.1f %12.0f %10.2f %10.2f %10.2f %10.3f\n", r.test.c_str(),
+        std::printf("%-9s %8s %8ld %12.1f %12.0f %10.2f %10.2f %10.2f %10.3f %8.2f\n", r.test.c_str(),
                     human(r.size).c_str(), r.iters, r.bw_mbps, r.msg_rate, r.p50_us, r.p99_us, r.max_us,
-                    r.cpu_s_per_gb);
+                    r.cpu_s_per_gb, r.cpu_pct);
         std::fflush(stdout);
       }
       results.push_back(r);

@@ -10,6 +10,7 @@
 #include "hmc/error.hpp"
 #include "hmc/memory.hpp"
 #include "hmc/runtime/async_ready_set.hpp"
+#include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
 #include "transport/fast_message.hpp"
 #include "transport/transport.hpp"
@@ -335,9 +336,10 @@ void forbid_loop_thread(const runtime::EventLoop& loop, const char* what) {
     throw InvalidArgumentError(std::string(what) + " blocks: call it off the HMC loop thread (or co_await async_*)");
 }
 
+// Waits for a blocking call's operation; a caller-driven loop is driven by this thread meanwhile.
 template <class T>
-T wait_for(std::future<T> f, std::chrono::milliseconds timeout, const std::string& what) {
-  if (f.wait_for(timeout) != std::future_status::ready)
+T wait_for(runtime::EventLoop& loop, std::future<T> f, std::chrono::milliseconds timeout, const std::string& what) {
+  if (!loop.wait(f, runtime::deadline_after(timeout)))
     throw TimeoutError(what + " not complete after " + std::to_string(timeout.count()) + " ms");
   return f.get();
 }
@@ -352,7 +354,7 @@ Session::Session(SessionOptions options) {
   runtime::EventLoopOptions lo;
   lo.mode = options.progress_mode;
   loop_ = std::make_unique<runtime::EventLoop>(lo);
-  loop_->start();
+  if (options.progress_thread == ProgressThread::own) loop_->start();
   impl_ = std::make_shared<detail::SessionImpl>(*loop_, std::move(options));
   loop_->call([&] { impl_->start_on_loop(); });
 }
@@ -360,7 +362,9 @@ Session::Session(SessionOptions options) {
 Session::~Session() {
   alive_.reset();  // RegisteredMemory handles that outlive us do nothing
   close();
-  loop_->stop();
+  // From a completion handler on our own loop the loop's run() is on the stack: the loop and the
+  // impl are then destroyed on this thread once that run() returns (docs/design.md).
+  runtime::EventLoop::destroy(std::move(loop_), std::move(impl_));
 }
 
 ConnBuffer& Session::buffer() noexcept { return *impl_->buffer; }
@@ -428,7 +432,7 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
   });
   const auto& o = impl_->opts;
   const std::uint32_t rank = wait_for(
-      impl_->ctrl->async_connect(peer_ip, ctrl_tcp_port, o.timeout, runtime::asio::use_future), wait_budget(o),
+      *loop_, impl_->ctrl->async_connect(peer_ip, ctrl_tcp_port, o.timeout, runtime::asio::use_future), wait_budget(o),
       "connect to " + peer_ip + ":" + std::to_string(ctrl_tcp_port));
   if (rank != peer_id) {
     impl_->ctrl->disconnect(rank);
@@ -451,7 +455,7 @@ std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, C
   });
   const auto& o = impl_->opts;
   const std::uint32_t rank =
-      wait_for(impl_->ctrl->async_connect(ip, ctrl_port, o.timeout, runtime::asio::use_future), wait_budget(o),
+      wait_for(*loop_, impl_->ctrl->async_connect(ip, ctrl_port, o.timeout, runtime::asio::use_future), wait_budget(o),
                "connect to " + ip + ":" + std::to_string(ctrl_port));
   wait_peer(rank, o.timeout);
   loop_->call([&] { impl_->connected(rank, ip, std::nullopt); });  // known by the dialled ip; any data port
@@ -468,7 +472,7 @@ void Session::wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout) {
                                      : nullptr);
         });
       });
-  wait_for(std::move(f), timeout + std::chrono::seconds(1), "wait_peer");
+  wait_for(*loop_, std::move(f), timeout + std::chrono::seconds(1), "wait_peer");
 }
 
 std::vector<std::uint32_t> Session::peers() const {
@@ -610,35 +614,39 @@ void Session::wait(std::span<std::future<void>> ops, std::chrono::milliseconds t
 
 void Session::put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
   forbid_loop_thread(*loop_, "put");
-  wait_for(put_nb(peer, local_off, remote_off, size), wait_budget(options()), "put");
+  wait_for(*loop_, put_nb(peer, local_off, remote_off, size), wait_budget(options()), "put");
 }
 
 void Session::get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
   forbid_loop_thread(*loop_, "get");
-  wait_for(get_nb(peer, local_off, remote_off, size), wait_budget(options()), "get");
+  wait_for(*loop_, get_nb(peer, local_off, remote_off, size), wait_budget(options()), "get");
 }
 
 void Session::put_batch(std::uint32_t peer, std::vector<Segment> segments) {
   forbid_loop_thread(*loop_, "put_batch");
-  wait_for(async_put_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()), "put_batch");
+  wait_for(*loop_, async_put_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()),
+           "put_batch");
 }
 
 void Session::get_batch(std::uint32_t peer, std::vector<Segment> segments) {
   forbid_loop_thread(*loop_, "get_batch");
-  wait_for(async_get_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()), "get_batch");
+  wait_for(*loop_, async_get_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()),
+           "get_batch");
 }
 
 void Session::put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                            std::size_t chunk, std::size_t max_inflight) {
   forbid_loop_thread(*loop_, "put_pipeline");
-  wait_for(async_put_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
+  wait_for(*loop_,
+           async_put_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
            wait_budget(options()), "put_pipeline");
 }
 
 void Session::get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                            std::size_t chunk, std::size_t max_inflight) {
   forbid_loop_thread(*loop_, "get_pipeline");
-  wait_for(async_get_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
+  wait_for(*loop_,
+           async_get_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
            wait_budget(options()), "get_pipeline");
 }
 
@@ -681,15 +689,23 @@ void Session::start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, 
 
 void Session::ctrl_send(std::uint32_t peer, std::uint64_t tag) {
   forbid_loop_thread(*loop_, "ctrl_send");
-  wait_for(async_ctrl_send(peer, CtrlMessage::from_tag(tag), runtime::asio::use_future), wait_budget(options()),
+  wait_for(*loop_, async_ctrl_send(peer, CtrlMessage::from_tag(tag), runtime::asio::use_future), wait_budget(options()),
            "ctrl_send");
 }
 
 std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout) {
   forbid_loop_thread(*loop_, "ctrl_recv");
-  return wait_for(async_ctrl_recv(peer, timeout, runtime::asio::use_future), timeout + std::chrono::seconds(1),
+  return wait_for(*loop_, async_ctrl_recv(peer, timeout, runtime::asio::use_future), timeout + std::chrono::seconds(1),
                   "ctrl_recv")
       .tag();
+}
+
+std::size_t Session::progress() { return loop_->dedicated() ? 0 : loop_->poll(); }
+
+int Session::wakeup_fd() {
+  if (loop_->dedicated())
+    throw InvalidArgumentError("wakeup_fd: this session has its own progress thread (ProgressThread::own)");
+  return loop_->wakeup_fd();
 }
 
 void Session::disconnect(std::uint32_t peer) {

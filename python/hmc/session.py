@@ -134,7 +134,7 @@ class Session(ReferenceSession):
     _notify = False  # blocking operations are waited for, not announced to an event loop
 
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
-                 local_ip=None, *, progress_mode="event", ucx_tls=None, ucx_net_devices=None, timeout=30.0,
+                 local_ip=None, *, progress_mode="adaptive", ucx_tls=None, ucx_net_devices=None, timeout=30.0,
                  ctrl_uds_dir=None, auth_key=None, authenticate=True, heartbeat_interval=None,
                  heartbeat_misses=None, tls_cert=None, tls_key=None, tls_ca=None):
         device_id = _args.integer(device_id, "device_id", 0, (1 << 31) - 1)
@@ -142,8 +142,9 @@ class Session(ReferenceSession):
         mem = _args.mem_type(mem_type)
         self.num_chs = _args.integer(num_chs, "num_chs", 1, 1 << 16)  # the reference's; UCX uses one endpoint
         local_ip = None if local_ip in (None, "") else _args.ip(local_ip, "local_ip")
-        if progress_mode not in ("event", "poll", "hybrid"):
-            raise InvalidArgumentError(f"progress_mode must be 'event', 'poll' or 'hybrid', not {progress_mode!r}")
+        if progress_mode not in ("adaptive", "event", "poll", "hybrid"):
+            raise InvalidArgumentError(
+                f"progress_mode must be 'adaptive', 'event', 'poll' or 'hybrid', not {progress_mode!r}")
         self.timeout = _args.session_timeout(timeout)
         self._core = Core(size, int(mem), device_id, local_ip or "", progress_mode, _args.text(ucx_tls, "ucx_tls"),
                           _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,

@@ -199,7 +199,7 @@ class Core {
     o.device_id = device_id;
     if (!local_ip.empty()) o.local_ip = std::move(local_ip);
     const auto mode = runtime::parse_progress_mode(progress_mode);
-    if (!mode) throw InvalidArgumentError("progress_mode must be 'event', 'poll' or 'hybrid'");
+    if (!mode) throw InvalidArgumentError("progress_mode must be 'adaptive', 'event', 'poll' or 'hybrid'");
     o.progress_mode = *mode;
     o.ucx_tls = std::move(ucx_tls);
     o.ucx_net_devices = std::move(ucx_net_devices);

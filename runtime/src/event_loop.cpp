@@ -1,5 +1,17 @@
 #include "hmc/runtime/event_loop.hpp"
 
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
 #include "hmc/runtime/log.hpp"
 #include "poller_driver.hpp"
 
@@ -7,49 +19,354 @@ namespace hmc::runtime {
 
 namespace detail {
 bool asio_uring_cancel_fix_applied() noexcept;
-}
+int take_reactor_fd() noexcept;
 
-EventLoop::EventLoop(EventLoopOptions options) : options_(options), work_(asio::make_work_guard(io_)) {
+class LoopWakeup {
+ public:
+  ~LoopWakeup() {
+    if (const int fd = efd.load(); fd >= 0) ::close(fd);
+  }
+  void signal() noexcept {
+    const int fd = efd.load(std::memory_order_acquire);
+    if (fd < 0 || signalled.exchange(true, std::memory_order_acq_rel)) return;  // one write per poll()
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);
+  }
+  // Reads the eventfd empty; true when it had been signalled.
+  bool consume() noexcept {
+    if (!signalled.exchange(false, std::memory_order_acq_rel)) return false;
+    std::uint64_t value = 0;
+    [[maybe_unused]] const auto n = ::read(efd.load(std::memory_order_acquire), &value, sizeof value);
+    return true;
+  }
+
+  std::atomic<int> efd{-1};  // set once, by EventLoop::wakeup_fd()
+  std::atomic<bool> signalled{false};
+};
+
+void signal(LoopWakeup& wakeup) noexcept { wakeup.signal(); }
+
+namespace {
+// Loops with a wakeup fd in this process: while there are none, a post costs no service lookup.
+std::atomic<int> wakeup_fds{0};
+
+// Finds a loop's wakeup from its io_context: posts made through an executor know no more.
+class WakeupService final : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
+  explicit WakeupService(asio::execution_context& ctx) : service(ctx) {}
+  std::shared_ptr<LoopWakeup> wakeup;  // set when the EventLoop is built, before anyone posts
+
+ private:
+  void shutdown() override {}
+};
+}  // namespace
+
+std::shared_ptr<LoopWakeup> wakeup_for_post(loop_executor loop) {
+  if (wakeup_fds.load(std::memory_order_relaxed) == 0 || loop.running_in_this_thread()) return nullptr;
+  return asio::use_service<WakeupService>(asio::query(loop, asio::execution::context)).wakeup;
+}
+}  // namespace detail
+
+namespace {
+// poll() runs at most this many handlers: a poller that spins (poll, adaptive) re-posts itself.
+constexpr std::size_t kPollBatch = 256;
+// How long destruction lets cancelled operations complete before the context dies.
+// The drain runs in slices: another one as long as the last ran a handler, at most kDrainLimit.
+constexpr std::chrono::milliseconds kDrainSlice{200};
+constexpr std::chrono::seconds kDrainLimit{10};
+}  // namespace
+
+struct EventLoop::State {
+  explicit State(EventLoopOptions o) : options(o) {
+    // Creating an I/O object creates the reactor on this thread: its fd is recorded there.
+    { asio::steady_timer first(io); }
+    reactor_fd = detail::take_reactor_fd();
+    asio::use_service<detail::WakeupService>(io).wakeup = wakeup;
+  }
+
+  ~State() {
+    if (!drained) drain();
+    if (epoll_fd >= 0) {
+      --detail::wakeup_fds;
+      ::close(epoll_fd);  // the eventfd closes with its last LoopWakeup holder
+    }
+  }
+
+  // A thread that waits for the loop: woken when its condition holds or the driver leaves.
+  struct Waiter {
+    explicit Waiter(const std::function<bool()>& d) : done(&d) {}
+    const std::function<bool()>* done;
+    std::condition_variable cv;
+    bool woken = false;
+  };
+
+  void stop_io() {
+    work.reset();
+    io.stop();
+  }
+
+  bool on_driver_thread() const noexcept { return driver.load() == std::this_thread::get_id(); }
+
+  // Lets the completions of operations cancelled by close/shutdown run before the context dies:
+  // Asio 1.26's io_uring backend destroys abandoned handlers after the services their I/O objects
+  // use, so a handler owning a socket or timer would touch a destroyed service (seen under ASan).
+  // A fixed time was not enough: thousands of queued completions (a Session destroyed with its
+  // operations in flight) outlasted it, and the cancelled waits behind them died with the context.
+  // A slice that runs nothing means only operations that never complete are left (uncancelled I/O).
+  void drain() noexcept {
+    drained = true;
+    io.restart();
+    driver.store(std::this_thread::get_id());
+    const auto limit = clock::now() + kDrainLimit;
+    try {
+      while (io.run_for(kDrainSlice) != 0 && !io.stopped() && clock::now() < limit) {
+      }
+    } catch (const std::exception& e) {
+      log().error("a handler threw while the event loop drained at destruction: {}", e.what());
+    }
+    driver.store(std::thread::id{});
+    if (!io.stopped() && clock::now() >= limit) {
+      // Handlers kept coming (one re-posting itself): destroying the context now would destroy
+      // the rest after the services they use. Leaking it is the lesser harm.
+      log().error("event loop still busy {} s into its destruction: its io_context is leaked", kDrainLimit.count());
+      (void)io_owner.release();
+    }
+  }
+
+  // Becomes the driver; false (without driving) once done() holds, the deadline passed or the loop
+  // stopped. While another thread drives, sleeps until one of those or until the driver leaves.
+  bool lead(const std::function<bool()>& done, clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex);
+    Waiter self(done);
+    for (;;) {
+      if (done() || io.stopped() || clock::now() >= deadline) return false;
+      if (!leading) break;
+      waiters.push_back(&self);
+      ++waiter_count;  // before done() is checked again in the wait: pairs with wake_done_waiters
+      self.cv.wait_until(lock, deadline, [&] { return self.woken || !leading || done(); });
+      std::erase(waiters, &self);
+      --waiter_count;
+      self.woken = false;
+    }
+    leading = true;
+    driver.store(std::this_thread::get_id());
+    return true;
+  }
+
+  // Wakes the waiters whose condition now holds (after each handler the driver runs).
+  void wake_done_waiters() {
+    // An RMW, not a load: it orders the handler's effect before the count against the waiter's
+    // increment (one of the two reads the other), so a waiter that registers now is never missed.
+    if (waiter_count.fetch_add(0, std::memory_order_seq_cst) == 0) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    for (Waiter* w : waiters) {
+      if (!w->woken && (*w->done)()) {
+        w->woken = true;
+        w->cv.notify_one();
+      }
+    }
+  }
+
+  // Stops driving: a waiter takes over; a teardown handed over by destroy() runs now, off run().
+  void leave() noexcept {
+    driver.store(std::thread::id{});
+    std::unique_ptr<EventLoop> loop;
+    std::shared_ptr<void> first;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      leading = false;
+      for (Waiter* w : waiters) w->cv.notify_one();
+      loop = std::move(deferred_loop);
+      first = std::move(deferred_first);
+    }
+    first.reset();
+    loop.reset();
+  }
+
+  bool run_until(const std::function<bool()>& done, clock::time_point deadline) {
+    if (on_driver_thread()) throw std::logic_error("EventLoop::run_until called from one of the loop's handlers");
+    if (dedicated.load()) throw std::logic_error("EventLoop::run_until on a loop that has its own thread");
+    if (!lead(done, deadline)) return done();
+    try {
+      while (!done() && !io.stopped() && clock::now() < deadline) {
+        io.run_one_until(deadline);
+        wake_done_waiters();
+      }
+    } catch (...) {
+      leave();  // a handler's exception reaches this caller; the loop stays usable for the next
+      throw;
+    }
+    leave();
+    return done();
+  }
+
+  std::size_t poll() {
+    if (on_driver_thread() || dedicated.load()) return 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (leading || io.stopped()) return 0;
+      leading = true;
+      driver.store(std::this_thread::get_id());
+    }
+    std::size_t n = 0;
+    try {
+      wakeup->consume();
+      for (auto it = pollers.begin(); it != pollers.end();) {
+        if (auto p = it->lock()) {
+          p->poke();
+          ++it;
+        } else {
+          it = pollers.erase(it);
+        }
+      }
+      while (n < kPollBatch && io.poll_one() != 0) {
+        ++n;
+        wake_done_waiters();
+      }
+      if (n == kPollBatch) wakeup->signal();  // more may be ready: the wakeup fd stays readable
+    } catch (...) {
+      leave();
+      throw;
+    }
+    leave();
+    return n;
+  }
+
+  // The owned thread's body, or run(): the whole time it runs, the loop is this thread's.
+  void run_dedicated() {
+    static const std::function<bool()> not_done = [] { return false; };
+    if (!lead(not_done, clock::time_point::max())) return;
+    io.run();
+    leave();
+  }
+
+  int make_wakeup_fd() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (epoll_fd >= 0) return epoll_fd;
+    if (dedicated.load()) throw std::logic_error("EventLoop::wakeup_fd on a loop that has its own thread");
+    if (reactor_fd < 0) throw std::runtime_error("EventLoop::wakeup_fd: the reactor's fd was not recorded");
+    const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    const int ep = efd < 0 ? -1 : ::epoll_create1(EPOLL_CLOEXEC);
+    auto add = [ep](int fd) {
+      ::epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      return ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
+    };
+    if (ep < 0 || !add(reactor_fd) || !add(efd)) {
+      const int err = errno;
+      if (efd >= 0) ::close(efd);
+      if (ep >= 0) ::close(ep);
+      throw std::system_error(err, std::generic_category(), "EventLoop::wakeup_fd");
+    }
+    epoll_fd = ep;
+    wakeup->efd.store(efd, std::memory_order_release);
+    ++detail::wakeup_fds;
+    return epoll_fd;
+  }
+
+  const EventLoopOptions options;
+  std::unique_ptr<asio::io_context> io_owner = std::make_unique<asio::io_context>(1);  // leaked by a drain that cannot end
+  asio::io_context& io = *io_owner;
+  asio::executor_work_guard<executor_type> work{io.get_executor()};
+  const std::shared_ptr<detail::LoopWakeup> wakeup = std::make_shared<detail::LoopWakeup>();
+  std::thread thread;                        // the owned thread, after start()
+  std::atomic<std::thread::id> driver{};     // the thread running handlers now
+  std::atomic<bool> dedicated{false};        // start() or run(): that thread runs it for good
+  bool drained = false;
+  int reactor_fd = -1;                       // the io_uring ring (or epoll set) Asio sleeps in
+  int epoll_fd = -1;                         // the wakeup fd: reactor_fd + wakeup->efd
+  std::vector<std::weak_ptr<detail::PollerDriver>> pollers;  // loop thread only
+
+  std::mutex mutex;  // leading, waiters, deferred_*
+  bool leading = false;
+  std::vector<Waiter*> waiters;
+  std::atomic<std::size_t> waiter_count{0};
+  std::unique_ptr<EventLoop> deferred_loop;  // handed over by destroy() from a handler
+  std::shared_ptr<void> deferred_first;
+};
+
+EventLoop::EventLoop(EventLoopOptions options) : state_(std::make_shared<State>(options)) {
   log().debug("event loop created: reactor={} uring_cancel_fix={} progress_mode={}", backend(), uring_cancel_fix(),
-              to_string(options_.mode));
+              to_string(options.mode));
 }
 
 EventLoop::~EventLoop() {
-  stop();
-  // Let the completions of operations cancelled by close/shutdown run before the context dies:
-  // Asio 1.26's io_uring backend destroys abandoned handlers after the services their I/O objects
-  // use, so a handler owning a socket or timer would touch a destroyed service (seen under ASan).
-  io_.restart();
-  loop_thread_id_.store(std::this_thread::get_id());
-  io_.run_for(std::chrono::milliseconds(200));
-  loop_thread_id_.store(std::thread::id{});
+  const std::shared_ptr<State> s = state_;  // not moved out: handlers the drain runs may use this object
+  s->stop_io();
+  if (s->thread.joinable()) {
+    if (s->thread.get_id() == std::this_thread::get_id()) {
+      s->thread.detach();  // destroyed on its own thread: it ends when its run() returns
+    } else {
+      s->thread.join();
+    }
+  }
+  // A run() on this thread's stack holds the state: it drains once that run() returns.
+  if (!s->on_driver_thread()) s->drain();
+}
+
+void EventLoop::destroy(std::unique_ptr<EventLoop> loop, std::shared_ptr<void> first) noexcept {
+  if (!loop) return;
+  State& s = *loop->state_;
+  if (s.on_driver_thread()) {
+    s.stop_io();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.deferred_first = std::move(first);
+    s.deferred_loop = std::move(loop);
+    return;
+  }
+  loop->stop();
+  first.reset();
+  loop.reset();
 }
 
 void EventLoop::start() {
-  if (thread_.joinable()) return;
-  running_.store(true);
-  thread_ = std::thread([this] { run(); });
+  if (state_->thread.joinable()) return;
+  state_->dedicated.store(true);
+  state_->thread = std::thread([s = state_] { s->run_dedicated(); });
 }
 
 void EventLoop::run() {
-  running_.store(true);
-  loop_thread_id_.store(std::this_thread::get_id());
-  io_.run();
-  loop_thread_id_.store(std::thread::id{});
-  running_.store(false);
+  const std::shared_ptr<State> s = state_;  // this object may be destroyed by a handler
+  s->dedicated.store(true);
+  s->run_dedicated();
 }
 
 void EventLoop::stop() {
-  work_.reset();
-  io_.stop();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  state_->stop_io();
+  std::thread& t = state_->thread;
+  if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
 }
 
-bool EventLoop::in_loop_thread() const noexcept { return loop_thread_id_.load() == std::this_thread::get_id(); }
+bool EventLoop::stopped() const noexcept { return state_->io.stopped(); }
+
+bool EventLoop::dedicated() const noexcept { return state_->dedicated.load(); }
+
+bool EventLoop::run_until(const std::function<bool()>& done, clock::time_point deadline) {
+  const std::shared_ptr<State> s = state_;
+  return s->run_until(done, deadline);
+}
+
+std::size_t EventLoop::poll() {
+  const std::shared_ptr<State> s = state_;
+  return s->poll();
+}
+
+int EventLoop::wakeup_fd() { return state_->make_wakeup_fd(); }
+
+EventLoop::executor_type EventLoop::executor() noexcept { return state_->io.get_executor(); }
+
+asio::io_context& EventLoop::context() noexcept { return state_->io; }
+
+const EventLoopOptions& EventLoop::options() const noexcept { return state_->options; }
+
+bool EventLoop::in_loop_thread() const noexcept { return state_->on_driver_thread(); }
 
 PollerHandle EventLoop::attach(Poller& poller) {
-  auto driver = std::make_shared<detail::PollerDriver>(io_, poller, options_);
+  auto driver = std::make_shared<detail::PollerDriver>(state_->io, poller, state_->options);
   driver->start();
+  state_->pollers.push_back(driver);
   return PollerHandle(std::move(driver));
 }
 

@@ -1,5 +1,7 @@
 #include "poller_driver.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 
 #include "hmc/runtime/event_loop.hpp"
@@ -23,7 +25,8 @@ PollerDriver::PollerDriver(asio::io_context& io, Poller& poller, const EventLoop
       hybrid_spin_(options.hybrid_spin),
       safety_interval_(options.safety_interval),
       fd_(io),
-      safety_timer_(io) {}
+      safety_timer_(io),
+      activity_(options.adaptive_spin_max) {}
 
 PollerDriver::~PollerDriver() {
   // The fd belongs to the poller: hand it back instead of closing it.
@@ -32,14 +35,16 @@ PollerDriver::~PollerDriver() {
 
 void PollerDriver::start() {
   if (mode_ != ProgressMode::poll) fd_.assign(poller_.fd());
-  last_activity_ = clock::now();
+  activity_.submission(clock::now());
   schedule();
 }
 
 void PollerDriver::kick() {
-  last_activity_ = clock::now();
+  activity_.submission(clock::now());
   schedule();
 }
+
+void PollerDriver::poke() { schedule(); }
 
 void PollerDriver::stop() {
   if (stopped_) return;
@@ -61,22 +66,40 @@ void PollerDriver::schedule() {
   });
 }
 
+long PollerDriver::preemptions() noexcept {
+  ::rusage usage{};
+  return ::getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : 0;
+}
+
+PollerDriver::clock::duration PollerDriver::spin_window() const noexcept {
+  switch (mode_) {
+    case ProgressMode::hybrid: return hybrid_spin_;
+    case ProgressMode::adaptive: return activity_.window();
+    case ProgressMode::event:
+    case ProgressMode::poll: break;
+  }
+  return clock::duration::zero();
+}
+
 void PollerDriver::cycle() {
   if (stopped_) return;
   for (int burst = 0; poller_.progress(); ++burst) {
-    last_activity_ = clock::now();
+    activity_.arrival(clock::now(), idle_);
+    idle_ = false;
     idle_busy_arms_ = 0;
     if (burst + 1 == kMaxProgressBurst) {
       schedule();  // still busy: come back after other handlers had their turn
       return;
     }
   }
+  idle_ = true;
   if (mode_ == ProgressMode::poll) {
     schedule();
     return;
   }
-  if (mode_ == ProgressMode::hybrid && clock::now() - last_activity_ < hybrid_spin_) {
-    schedule();
+  const clock::duration window = spin_window();
+  if (window > clock::duration::zero() && clock::now() - activity_.last_activity() < window) {
+    schedule();  // spinning: the next arrival is expected soon, a wakeup would cost more
     return;
   }
   if (poller_.try_arm() == ArmResult::busy) {
@@ -90,6 +113,7 @@ void PollerDriver::cycle() {
     return;
   }
   idle_busy_arms_ = 0;
+  if (mode_ == ProgressMode::adaptive) activity_.sleeping(clock::now(), preemptions());
   wait_fd();
   if (poller_.has_pending()) arm_safety_timer(safety_interval_);
 }

@@ -6,6 +6,7 @@
 #include "hmc/runtime/asio.hpp"
 #include "hmc/runtime/poller.hpp"
 #include "hmc/runtime/progress_mode.hpp"
+#include "adaptive_spin.hpp"
 
 namespace hmc::runtime {
 struct EventLoopOptions;
@@ -15,18 +16,23 @@ namespace hmc::runtime::detail {
 
 class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
  public:
+  using clock = std::chrono::steady_clock;
+
   PollerDriver(asio::io_context& io, Poller& poller, const EventLoopOptions& options);
   ~PollerDriver();
 
   void start();
+  // A submission: activity (adaptive and hybrid spin after it) and a cycle before the loop sleeps.
   void kick();
+  // One more cycle (progress, then arm when idle) without counting as activity.
+  void poke();
   void stop();
 
  private:
-  using clock = std::chrono::steady_clock;
-
   void schedule();
   void cycle();
+  clock::duration spin_window() const noexcept;
+  static long preemptions() noexcept;  // this thread's involuntary context switches
   void wait_fd();
   void arm_safety_timer(std::chrono::microseconds after);
 
@@ -37,7 +43,8 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   std::chrono::milliseconds safety_interval_;
   asio::posix::stream_descriptor fd_;
   asio::steady_timer safety_timer_;
-  clock::time_point last_activity_{};
+  AdaptiveSpin activity_;  // the last activity, and (adaptive mode) how long to spin after it
+  bool idle_ = false;      // the last progress() found nothing: the next work it finds is an arrival
   int idle_busy_arms_ = 0;  // arms in a row that answered busy while progress found nothing
   bool scheduled_ = false;
   bool fd_waiting_ = false;

@@ -1,10 +1,14 @@
 // EventLoop: reactor backend, owned thread vs caller's thread, cross-thread submission.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <filesystem>
+#include <functional>
 #include <future>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -12,6 +16,20 @@
 
 namespace hmc::runtime {
 namespace {
+
+using namespace std::chrono_literals;
+
+// Whether a thread of this process (a Linux tid) still exists.
+bool thread_alive(pid_t tid) { return std::filesystem::exists("/proc/self/task/" + std::to_string(tid)); }
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return pred();
+}
 
 TEST(EventLoop, ReportsTheConfiguredReactor) {
 #if defined(HMC_ASIO_IO_URING)
@@ -114,6 +132,25 @@ TEST(EventLoop, StopIsIdempotentAndDestructorJoins) {
   loop->stop();
   loop.reset();
   SUCCEED();
+}
+
+TEST(EventLoop, DestroyedByAHandlerItRunsFinishesAfterThatHandler) {
+  auto loop = std::make_shared<EventLoop>();
+  loop->start();
+  EventLoop& l = *loop;
+  const pid_t loop_tid = l.call([] { return ::gettid(); });
+  std::promise<void> destroyed;
+  std::atomic<bool> queued_ran{false};
+  // The handler holds the last owner: the loop is destroyed on its own thread while run() is on the stack.
+  l.submit([owner = std::move(loop), &destroyed, &l, &queued_ran]() mutable {
+    asio::post(l.executor(), [&queued_ran] { queued_ran = true; });  // still queued when the loop dies
+    owner.reset();
+    destroyed.set_value();
+  });
+  auto f = destroyed.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(eventually([&] { return !thread_alive(loop_tid); })) << "the loop thread must end";
+  EXPECT_TRUE(queued_ran.load()) << "completions queued at destruction run before the context dies";
 }
 
 }  // namespace

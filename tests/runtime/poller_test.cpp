@@ -1,70 +1,21 @@
 // Poller driving: the arm contract in each progress mode, with a real eventfd as the wakeup fd.
 #include <gtest/gtest.h>
 #include <fcntl.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
 
+#include "eventfd_poller.hpp"
 #include "hmc/runtime/event_loop.hpp"
-#include "hmc/runtime/poller.hpp"
 
 namespace hmc::runtime {
 namespace {
 
+using test::EventfdPoller;
+
 using namespace std::chrono_literals;
-
-// A progress source backed by an eventfd: producers add work and (normally) signal the fd, like a
-// UCX worker whose efd fires when completions arrive after ucp_worker_arm.
-class EventfdPoller final : public Poller {
- public:
-  EventfdPoller() : efd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~EventfdPoller() override { ::close(efd_); }
-
-  bool progress() override {
-    ++progress_calls;
-    int w = work.load();
-    while (w > 0 && !work.compare_exchange_weak(w, w - 1)) {
-    }
-    if (w <= 0) return false;
-    ++completed;
-    return true;
-  }
-  ArmResult try_arm() override {
-    ++arm_calls;
-    if (busy_arms > 0) {
-      --busy_arms;
-      return ArmResult::busy;
-    }
-    std::uint64_t drained = 0;
-    while (::read(efd_, &drained, sizeof drained) > 0) {
-    }
-    return work.load() > 0 ? ArmResult::busy : ArmResult::armed;
-  }
-  int fd() const override { return efd_; }
-  bool has_pending() const override { return pending.load(); }
-
-  void add_work(int n, bool signal) {
-    work += n;
-    if (signal) {
-      std::uint64_t one = 1;
-      EXPECT_EQ(::write(efd_, &one, sizeof one), static_cast<ssize_t>(sizeof one));
-    }
-  }
-
-  std::atomic<int> work{0};
-  std::atomic<int> completed{0};
-  std::atomic<long> progress_calls{0};
-  std::atomic<long> arm_calls{0};
-  std::atomic<int> busy_arms{0};
-  std::atomic<bool> pending{false};
-
- private:
-  int efd_;
-};
 
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds limit = 5s) {
   auto end = std::chrono::steady_clock::now() + limit;
@@ -204,6 +155,55 @@ TEST(Poller, HybridSpinsAfterActivityThenArms) {
   EXPECT_EQ(p.progress_calls.load(), after_arm);
   p.add_work(2, /*signal=*/true);
   ASSERT_TRUE(eventually([&] { return p.completed.load() == 2; }));
+}
+
+// True once `counter` stays the same for 50 ms: the loop has stopped spinning on the poller.
+bool goes_quiet(const std::atomic<long>& counter) {
+  return eventually([&] {
+    const long before = counter.load();
+    std::this_thread::sleep_for(50ms);
+    return counter.load() == before;
+  });
+}
+
+TEST(Poller, AdaptiveIsTheDefaultMode) { EXPECT_EQ(EventLoopOptions{}.mode, ProgressMode::adaptive); }
+
+TEST(Poller, AdaptiveGoesQuietWhenIdleAndWakesOnTheFd) {
+  EventLoop loop(with_mode(ProgressMode::adaptive));
+  loop.start();
+  EventfdPoller p;
+  Attached a(loop, p);
+  ASSERT_TRUE(goes_quiet(p.progress_calls)) << "adaptive mode must not spin while nothing arrives";
+  for (int round = 1; round <= 20; ++round) {
+    p.add_work(1, /*signal=*/true);
+    ASSERT_TRUE(eventually([&] { return p.completed.load() == round; }));
+  }
+  ASSERT_TRUE(goes_quiet(p.progress_calls)) << "after the last arrival the spin ends and the loop sleeps";
+  const long arms = p.arm_calls.load();
+  p.add_work(1, /*signal=*/true);
+  ASSERT_TRUE(eventually([&] { return p.completed.load() == 21; }));
+  ASSERT_TRUE(eventually([&] { return p.arm_calls.load() > arms; })) << "armed again before sleeping";
+}
+
+TEST(Poller, AdaptiveSpinsAfterASubmissionWhenAnswersCameThatFast) {
+  EventLoopOptions o = with_mode(ProgressMode::adaptive);
+  o.adaptive_spin_max = std::chrono::seconds(10);  // room for gaps far above the machine's jitter
+  EventLoop loop(o);
+  loop.start();
+  EventfdPoller p;
+  Attached a(loop, p);
+  // Teach it: each submission is answered ~20 ms later (signalled, so a sleeping loop wakes too).
+  for (int round = 1; round <= 16; ++round) {
+    loop.submit([&] { a.handle.kick(); });
+    std::this_thread::sleep_for(20ms);
+    p.add_work(1, /*signal=*/true);
+    ASSERT_TRUE(eventually([&] { return p.completed.load() == round; }));
+  }
+  // Now an answer 5 ms after a submission that never signals the fd: only a spinning loop finds it.
+  loop.submit([&] { a.handle.kick(); });
+  std::this_thread::sleep_for(5ms);
+  p.add_work(1, /*signal=*/false);
+  EXPECT_TRUE(eventually([&] { return p.completed.load() == 17; }));
 }
 
 TEST(Poller, DetachReleasesTheFdAndStopsProgress) {

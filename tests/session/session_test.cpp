@@ -165,6 +165,7 @@ TEST_P(SessionTest, CoroutinesOnTheCallersOwnExecutorResumeThere) {
       },
       asio::detached);
   user.run();
+  client->peers();  // a loop round trip: the loop thread has left `user` (it signals after unlocking)
   EXPECT_EQ(resumed_on, std::this_thread::get_id());
   EXPECT_EQ(server->ctrl_recv(1, 5s), 9u);
   EXPECT_TRUE(holds(server->buffer(), 0, 1000, 42));

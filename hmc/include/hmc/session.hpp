@@ -1,6 +1,7 @@
 #pragma once
 // A Session: one registered buffer, a control channel and the UCX data plane, on its own event
-// loop thread. Peers are ranks; once connected either side can put to and get from the other.
+// loop thread (or driven by the caller's threads: ProgressThread::caller). Peers are ranks; once
+// connected either side can put to and get from the other.
 // Every async_* operation takes an Asio completion token (use_awaitable, the default; use_future;
 // a callback) and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All
 // members are safe from any thread; blocking ones throw InvalidArgumentError on the loop thread.
@@ -33,12 +34,19 @@ inline constexpr std::uint64_t kForeignRegion = UINT64_MAX - 1;  // a Registered
 
 enum class ConnType { RDMA = 0, UCX = 1 };
 
+// Which thread runs the session's event loop (docs/design.md, "Progress modes").
+enum class ProgressThread {
+  own,     // a dedicated loop thread: progress happens whether or not the user calls in
+  caller,  // no thread: blocking calls drive the loop while they wait, progress() drives it explicitly
+};
+
 struct SessionOptions {
   std::size_t buffer_size = std::size_t{128} << 20;
   MemoryType mem_type = MemoryType::CPU;
   int device_id = 0;
   std::string local_ip = "127.0.0.1";  // the address peers know this session by
-  runtime::ProgressMode progress_mode = runtime::ProgressMode::event;
+  runtime::ProgressMode progress_mode = runtime::ProgressMode::adaptive;
+  ProgressThread progress_thread = ProgressThread::own;
   std::string ucx_tls;                            // e.g. "tcp" or "shm"; empty: UCX_TLS / UCX default
   std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
@@ -193,6 +201,13 @@ class Session {
   }
   void ctrl_send(std::uint32_t peer, std::uint64_t tag);
   std::uint64_t ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout);
+
+  // ProgressThread::caller: runs the handlers that are ready and progresses UCX once, never
+  // blocking; returns the handlers run (0 also while another thread drives). No-op with own thread.
+  std::size_t progress();
+  // ProgressThread::caller: readable while progress() has work (for an outside selector such as
+  // asyncio's); owned by the session. InvalidArgumentError with its own thread.
+  int wakeup_fd();
 
   // Drops one peer (its operations fail with PeerLostError); close() drops all and stops the loop.
   void disconnect(std::uint32_t peer);

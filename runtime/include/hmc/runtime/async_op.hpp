@@ -3,6 +3,7 @@
 // last (use_awaitable, use_future, a callback, deferred), started on the loop thread and completed
 // through the handler's own executor after a post, never inside the code that found the result.
 #include <chrono>
+#include <memory>
 #include <utility>
 
 #include "hmc/runtime/asio.hpp"
@@ -14,15 +15,34 @@ using loop_executor = asio::io_context::executor_type;
 // No deadline: for waits whose caller handles time itself.
 inline constexpr std::chrono::nanoseconds kNoTimeout = std::chrono::nanoseconds::max();
 
+namespace detail {
+// The eventfd behind a caller-driven loop's wakeup fd; shared, so that a poster can still signal
+// it after its post, when a handler may already have destroyed the loop.
+class LoopWakeup;
+// Taken before a post from outside the loop: null unless the loop has a wakeup fd.
+std::shared_ptr<LoopWakeup> wakeup_for_post(loop_executor loop);
+void signal(LoopWakeup& wakeup) noexcept;
+}  // namespace detail
+
+// Posts f to the loop from any thread (a loop driven from an outside selector learns of it).
+template <class F>
+void post_to_loop(loop_executor loop, F&& f) {
+  const auto wakeup = detail::wakeup_for_post(loop);
+  asio::post(loop, std::forward<F>(f));
+  if (wakeup) detail::signal(*wakeup);
+}
+
 // Runs init(any_completion_handler<Signature>) on the loop thread (inline when already there).
 template <class Signature, class Token, class Init>
 auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
   return asio::async_initiate<Token, Signature>(
       [loop](auto handler, auto start) mutable {
         asio::any_completion_handler<Signature> erased(std::move(handler));
+        const auto wakeup = detail::wakeup_for_post(loop);
         asio::dispatch(loop, [erased = std::move(erased), start = std::move(start)]() mutable {
           start(std::move(erased));
         });
+        if (wakeup) detail::signal(*wakeup);
       },
       token, std::forward<Init>(init));
 }

@@ -95,7 +95,7 @@ class AsyncQueue {
       auto slot = asio::get_associated_cancellation_slot(h);
       if (slot.is_connected()) {
         slot.assign([weak = std::weak_ptr<State>(self), id](asio::cancellation_type) {
-          if (auto s = weak.lock()) asio::post(s->loop, [weak, id] {
+          if (auto s = weak.lock()) post_to_loop(s->loop, [weak, id] {
               if (auto st = weak.lock()) st->expire(id, asio::error::operation_aborted);
             });
         });

@@ -1,13 +1,15 @@
 #pragma once
-// One asio::io_context with io_uring as its reactor, run by one owned thread or by the caller.
+// One asio::io_context with io_uring as its reactor, run by one owned thread or driven by its callers.
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string_view>
 #include <thread>
 
 #include "hmc/runtime/asio.hpp"
+#include "hmc/runtime/async_op.hpp"
 #include "hmc/runtime/poller_handle.hpp"
 #include "hmc/runtime/progress_mode.hpp"
 
@@ -16,32 +18,71 @@ namespace hmc::runtime {
 class Poller;
 
 struct EventLoopOptions {
-  ProgressMode mode = ProgressMode::event;
+  ProgressMode mode = ProgressMode::adaptive;
   // hybrid mode: how long to keep spinning after the last activity before arming
   std::chrono::microseconds hybrid_spin{50};
+  // adaptive mode: the longest spin after activity (the spin follows the recent gaps between arrivals)
+  std::chrono::microseconds adaptive_spin_max{100};
   // while work is in flight, progress at least this often even without a wakeup (UCX can miss one)
   std::chrono::milliseconds safety_interval{2};
 };
 
+// Two ways to run it. Dedicated: start() (or run()) gives the loop a thread that runs it until
+// stop(). Caller-driven: nobody calls start(); threads drive it while they wait (run_until), or
+// explicitly (poll), one at a time: a second waiter sleeps until its condition holds or the driver
+// leaves, then takes over. wakeup_fd() lets an outside event loop (asyncio) know when to poll().
 class EventLoop {
  public:
   using executor_type = asio::io_context::executor_type;
+  using clock = std::chrono::steady_clock;
 
   explicit EventLoop(EventLoopOptions options = {});
-  ~EventLoop();  // stops the loop and joins the owned thread
+  // Stops the loop and joins the owned thread. From a handler of this loop (its run() is on the
+  // stack) it cannot: the thread is detached and finishes the teardown when that run() returns.
+  ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
+
+  // Destroys `loop` after `first`. Called from a handler of that loop, both are destroyed on the
+  // same thread right after the handler's run() returns, so handlers that still reach the loop
+  // object (through `first`) find it alive while the loop drains. For owners destroyed by their
+  // own completion handlers.
+  static void destroy(std::unique_ptr<EventLoop> loop, std::shared_ptr<void> first = {}) noexcept;
 
   // Runs the loop on a new owned thread; returns at once.
   void start();
   // Runs the loop on the calling thread until stop().
   void run();
-  // Makes run() return and joins the owned thread; safe from any thread but the loop's own.
+  // Makes run() return and joins the owned thread (unless called on it).
   void stop();
+  bool stopped() const noexcept;
+  // start() or run() was called: one thread runs the loop for as long as it lives.
+  bool dedicated() const noexcept;
 
-  executor_type executor() noexcept { return io_.get_executor(); }
-  asio::io_context& context() noexcept { return io_; }
-  const EventLoopOptions& options() const noexcept { return options_; }
+  // Caller-driven loops only (std::logic_error when dedicated, or when called from a handler).
+  // Drives the loop on this thread until done() or the deadline, or, while another thread drives
+  // it, sleeps until done() holds (checked after each handler), the deadline, or the driver leaves.
+  // Returns done(). done() must be safe to call from any thread.
+  bool run_until(const std::function<bool()>& done, clock::time_point deadline);
+  // Runs the handlers that are ready (at most a batch) and progresses every attached poller once;
+  // never blocks. Returns the number of handlers run: 0 also when another thread drives the loop.
+  std::size_t poll();
+  // Readable while the loop has work for poll(): socket I/O and timers (the io_uring ring), the
+  // fds of attached pollers once armed (waited on through the ring), handlers posted from other
+  // threads, and a poll() that stopped at its batch limit. Owned by the loop. Caller-driven loops.
+  int wakeup_fd();
+
+  // Waits for f until the deadline: on the future when dedicated, else with run_until.
+  template <class T>
+  bool wait(std::future<T>& f, clock::time_point deadline) {
+    if (dedicated()) return f.wait_until(deadline) == std::future_status::ready;
+    return run_until([&f] { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }, deadline);
+  }
+
+  executor_type executor() noexcept;
+  asio::io_context& context() noexcept;
+  const EventLoopOptions& options() const noexcept;
+  // True on the thread that runs (or drives) the loop right now.
   bool in_loop_thread() const noexcept;
 
   // Registers an external progress source; the handle detaches it. Call on the loop thread.
@@ -53,18 +94,19 @@ class EventLoop {
     if (in_loop_thread()) {
       std::forward<F>(f)();
     } else {
-      asio::post(io_, std::forward<F>(f));
+      post(std::forward<F>(f));
     }
   }
 
-  // Runs f on the loop thread and returns its result (or rethrows its exception), waiting for it;
-  // inline when called on the loop thread or when no thread runs the loop (nothing else can then).
+  // Runs f on the loop thread and returns its result (or rethrows its exception), waiting for it:
+  // inline on the loop thread or on a stopped loop; a caller-driven loop is driven while waiting.
   template <class F>
   auto call(F f) -> decltype(f()) {
-    if (in_loop_thread() || !running_.load() || io_.stopped()) return f();
+    if (in_loop_thread() || stopped()) return f();
     std::packaged_task<decltype(f())()> task(std::move(f));
     auto result = task.get_future();
-    asio::post(io_, [&task] { task(); });
+    post([&task] { task(); });
+    wait(result, clock::time_point::max());  // false only on a loop stopped meanwhile: its drain runs task
     return result.get();
   }
 
@@ -74,12 +116,14 @@ class EventLoop {
   static bool uring_cancel_fix() noexcept;
 
  private:
-  EventLoopOptions options_;
-  asio::io_context io_{1};
-  asio::executor_work_guard<executor_type> work_;
-  std::thread thread_;
-  std::atomic<std::thread::id> loop_thread_id_{};
-  std::atomic<bool> running_{false};  // a thread runs (or is about to run) the loop
+  struct State;
+
+  template <class F>
+  void post(F&& f) {
+    post_to_loop(executor(), std::forward<F>(f));  // touches nothing of this object after posting
+  }
+
+  std::shared_ptr<State> state_;  // shared with the owned thread: it may outlive this object
 };
 
 }  // namespace hmc::runtime

@@ -1,0 +1,236 @@
+// A loop without its own thread: run_until and poll on the callers' threads, one driver at a time,
+// and the wakeup fd an outside selector sleeps on.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "eventfd_poller.hpp"
+#include "hmc/runtime/event_loop.hpp"
+
+namespace hmc::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+using test::EventfdPoller;
+
+EventLoop::clock::time_point in(std::chrono::milliseconds d) { return EventLoop::clock::now() + d; }
+
+bool readable(int fd, std::chrono::milliseconds wait = 0ms) {
+  ::pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(wait.count())) == 1;
+}
+
+TEST(CallerDriven, RunUntilRunsHandlersOnTheCallersThread) {
+  EventLoop loop;
+  std::atomic<bool> done{false};
+  std::thread::id ran_on;
+  std::thread poster([&] {
+    loop.submit([&] {
+      ran_on = std::this_thread::get_id();
+      done = true;
+    });
+  });
+  poster.join();
+  EXPECT_TRUE(loop.run_until([&] { return done.load(); }, in(5s)));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_FALSE(loop.in_loop_thread()) << "only while driving";
+  EXPECT_FALSE(loop.dedicated());
+}
+
+TEST(CallerDriven, RunUntilKeepsItsDeadline) {
+  EventLoop loop;
+  const auto start = EventLoop::clock::now();
+  EXPECT_FALSE(loop.run_until([] { return false; }, in(50ms)));
+  EXPECT_GE(EventLoop::clock::now() - start, 50ms);
+}
+
+TEST(CallerDriven, FourThreadsWaitingAtOnceHaveOneDriverAtATime) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 2000;
+  EventLoop loop;
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> off_driver{0};
+  std::array<std::atomic<int>, kThreads> completed{};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        std::atomic<bool> mine{false};
+        loop.submit([&] {
+          if (inside.fetch_add(1) != 0) ++overlaps;
+          if (!loop.in_loop_thread()) ++off_driver;
+          mine = true;
+          ++completed[static_cast<std::size_t>(t)];
+          --inside;
+        });
+        // Each wait is satisfied by a handler that any of the four threads may run.
+        if (!loop.run_until([&] { return mine.load(); }, in(20s))) return;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(completed[static_cast<std::size_t>(t)].load(), kPerThread);
+  EXPECT_EQ(overlaps.load(), 0) << "two threads ran handlers at once";
+  EXPECT_EQ(off_driver.load(), 0);
+}
+
+TEST(CallerDriven, ACompletionForAWaitingFollowerWakesIt) {
+  EventLoop loop;
+  std::atomic<bool> leader_done{false};
+  std::atomic<bool> follower_done{false};
+  std::promise<std::thread::id> driving;
+  loop.submit([&] { driving.set_value(std::this_thread::get_id()); });
+  std::thread leader([&] { loop.run_until([&] { return leader_done.load(); }, in(20s)); });
+  const auto leader_id = leader.get_id();
+  ASSERT_EQ(driving.get_future().get(), leader_id) << "the leader drives";
+  bool follower_result = false;
+  std::thread follower([&] { follower_result = loop.run_until([&] { return follower_done.load(); }, in(20s)); });
+  loop.submit([&] { follower_done = true; });  // run by the leader; the follower must wake
+  follower.join();
+  EXPECT_TRUE(follower_result);
+  EXPECT_FALSE(leader_done.load()) << "the follower returned while the leader still drove";
+  loop.submit([&] { leader_done = true; });
+  leader.join();
+}
+
+TEST(CallerDriven, AFollowerKeepsItsDeadlineAndTakesOverWhenTheLeaderLeaves) {
+  EventLoop loop;
+  std::atomic<bool> leader_done{false};
+  std::promise<void> driving;
+  loop.submit([&] { driving.set_value(); });
+  std::thread leader([&] { loop.run_until([&] { return leader_done.load(); }, in(20s)); });
+  driving.get_future().wait();
+  EXPECT_FALSE(loop.run_until([] { return false; }, in(50ms))) << "a follower times out on its own deadline";
+  std::atomic<bool> mine{false};
+  std::thread follower([&] { loop.run_until([&] { return mine.load(); }, in(20s)); });
+  std::this_thread::sleep_for(20ms);
+  loop.submit([&] { leader_done = true; });
+  leader.join();
+  loop.submit([&] { mine = true; });  // nobody but the follower can run this now
+  follower.join();
+  EXPECT_TRUE(mine.load());
+}
+
+TEST(CallerDriven, PollRunsWhatIsReadyAndNeverBlocks) {
+  EventLoop loop;
+  EXPECT_EQ(loop.poll(), 0u);
+  int ran = 0;
+  for (int i = 0; i < 3; ++i) loop.submit([&] { ++ran; });
+  EXPECT_EQ(loop.poll(), 3u);
+  EXPECT_EQ(ran, 3);
+}
+
+TEST(CallerDriven, MisuseIsAnErrorNotAHang) {
+  EventLoop loop;
+  std::size_t nested_poll = 99;
+  bool nested_run_until_threw = false;
+  loop.submit([&] {
+    nested_poll = loop.poll();
+    try {
+      loop.run_until([] { return true; }, in(1s));
+    } catch (const std::logic_error&) {
+      nested_run_until_threw = true;
+    }
+  });
+  loop.poll();
+  EXPECT_EQ(nested_poll, 0u);
+  EXPECT_TRUE(nested_run_until_threw);
+
+  EventLoop owned;
+  owned.start();
+  EXPECT_EQ(owned.poll(), 0u);
+  EXPECT_THROW(owned.run_until([] { return true; }, in(1s)), std::logic_error);
+  EXPECT_THROW(owned.wakeup_fd(), std::logic_error);
+}
+
+TEST(CallerDriven, CallDrivesTheLoopWhenNobodyElseDoes) {
+  EventLoop loop;
+  EXPECT_EQ(loop.call([] { return 7; }), 7);
+  std::atomic<bool> stop{false};
+  std::thread leader([&] { loop.run_until([&] { return stop.load(); }, in(20s)); });
+  std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(loop.call([] { return std::this_thread::get_id(); }), leader.get_id()) << "the driver runs it";
+  loop.submit([&] { stop = true; });
+  leader.join();
+}
+
+TEST(CallerDriven, WakeupFdTellsOfPostsTimersAndPollerFds) {
+  EventLoop loop(EventLoopOptions{ProgressMode::event});
+  const int fd = loop.wakeup_fd();
+  EXPECT_EQ(loop.wakeup_fd(), fd);
+  loop.poll();
+  EXPECT_FALSE(readable(fd)) << "nothing to do";
+
+  // A post from another thread.
+  bool posted_ran = false;
+  std::thread([&] { loop.submit([&] { posted_ran = true; }); }).join();
+  EXPECT_TRUE(readable(fd, 5000ms));
+  loop.poll();
+  EXPECT_TRUE(posted_ran);
+  EXPECT_FALSE(readable(fd));
+
+  // A timer: the ring completes it; nothing else runs meanwhile.
+  asio::steady_timer timer(loop.context(), 20ms);
+  bool fired = false;
+  loop.call([&] { timer.async_wait([&](error_code ec) { fired = !ec; }); });
+  for (int i = 0; i < 100 && !fired; ++i) {
+    ASSERT_TRUE(readable(fd, 5000ms));
+    loop.poll();
+  }
+  EXPECT_TRUE(fired);
+
+  // An attached poller, armed: a signal on its fd (from another thread) makes the wakeup fd readable.
+  EventfdPoller p;
+  PollerHandle handle = loop.call([&] { return loop.attach(p); });
+  while (p.arm_calls.load() == 0) loop.poll();
+  loop.poll();
+  EXPECT_FALSE(readable(fd));
+  std::thread([&] { p.add_work(2, /*signal=*/true); }).join();
+  for (int i = 0; i < 100 && p.completed.load() < 2; ++i) {
+    ASSERT_TRUE(readable(fd, 5000ms));
+    loop.poll();
+  }
+  EXPECT_EQ(p.completed.load(), 2);
+  loop.call([&] { handle.detach(); });
+}
+
+TEST(CallerDriven, DestroyedByAHandlerThatPollRuns) {
+  auto loop = std::make_unique<EventLoop>();
+  EventLoop& l = *loop;
+  bool after = false;
+  l.submit([&] {
+    asio::post(l.executor(), [&after] { after = true; });
+    loop.reset();  // inside poll(): the context is freed once poll() returns
+  });
+  l.poll();
+  EXPECT_FALSE(loop);
+  EXPECT_TRUE(after) << "completions queued at destruction run before the context dies";
+}
+
+TEST(CallerDriven, DestroyHandsTheTeardownToTheEndOfTheDriversRun) {
+  auto loop = std::make_unique<EventLoop>();
+  EventLoop& l = *loop;
+  bool loop_alive_while_first_died = false;
+  struct Probe {
+    std::function<void()> on_death;
+    ~Probe() { on_death(); }
+  };
+  auto probe = std::make_shared<Probe>();
+  probe->on_death = [&] { loop_alive_while_first_died = l.stopped(); };  // reaches the loop: must be alive
+  l.submit([&] { EventLoop::destroy(std::move(loop), std::move(probe)); });
+  l.run_until([&] { return !loop; }, in(5s));
+  EXPECT_FALSE(loop);
+  EXPECT_TRUE(loop_alive_while_first_died);
+}
+
+}  // namespace
+}  // namespace hmc::runtime
