@@ -495,7 +495,7 @@ std::uint32_t Session::wait_peer_at(const std::string& ip, std::optional<std::ui
       [impl = impl_, ip, data_port, timeout](detail::SessionImpl::AddressHandler h) mutable {
         impl->wait_address(ip, data_port, timeout, std::move(h));
       });
-  return wait_for(std::move(f), timeout + std::chrono::seconds(1), "wait_peer_at " + ip);
+  return wait_for(*loop_, std::move(f), timeout + std::chrono::seconds(1), "wait_peer_at " + ip);
 }
 
 std::string Session::transports(std::uint32_t rank) const {
