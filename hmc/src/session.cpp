@@ -79,16 +79,9 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
         }});
   }
 
-  // A control connection came up. The higher rank sends what the peer needs to reach its buffer
-  // now; the lower rank connects to it and answers once that connection is established, so the
-  // two never set up one connection from both ends at once (UCX 1.13 tcp can crash when such a
-  // half-made connection is torn down; docs/design.md "Failure model").
+  // A control connection came up: send the peer what it needs to reach our buffer.
   void peer_up(std::uint32_t rank) {
-    if (closed || !transport || ctrl->rank() < rank) return;
-    send_info(rank);
-  }
-
-  void send_info(std::uint32_t rank) {
+    if (closed || !transport) return;
     const auto info = transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port});
     ctrl->async_send(rank, CtrlMessage::from_transport(info), [rank](std::exception_ptr e) {
       if (e) log().warn("could not send the data-plane peer info to rank {}", rank);
@@ -140,11 +133,10 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     }
   }
 
-  // The transport connected to `rank` (after peer_info): tell it how to reach us if it waits for
-  // that, then let operations and the fast path use the connection.
+  // The transport's connection to `rank` is established (after peer_info): operations and the
+  // fast path may use it now. Nothing runs on a half-made UCX connection (docs/design.md).
   void peer_ready(std::uint32_t rank) {
     if (closed || !ctrl) return;
-    if (ctrl->rank() < rank) send_info(rank);
     ready.set(rank);
     if (opts.fast_ctrl) {
       ctrl->async_send(rank, CtrlMessage::from_transport(kSwitch), [](std::exception_ptr) {});
