@@ -296,8 +296,8 @@ void UcxTransport::remove_peer(std::uint32_t rank, error_code reason) {
     arm_linger_timer();
     return;
   }
-  // Force only where UCX allows it (peer mode) or the peer is gone; a live peer gets a flushing close.
-  close_endpoint(*p, p->peer_error_mode || lost);
+  // Force only where UCX allows it (peer mode); it refuses (and so never closes) any other endpoint.
+  close_endpoint(*p, p->peer_error_mode);
   closing_.push_back(std::move(p));
 }
 
