@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
@@ -147,8 +148,16 @@ UcxTransport::~UcxTransport() {
   if (engine_.posts_outstanding() != 0 || !closing_.empty() || wireups_ != 0)
     log().warn("ucx transport closed with {} posts, {} wireups and {} endpoint closes still in UCX",
                engine_.posts_outstanding(), wireups_, closing_.size());
-  for (auto& p : closing_)
+  for (auto& p : closing_) {
     if (p->rkey) ucp_rkey_destroy(p->rkey);
+    p->rkey = nullptr;
+    // A flushing close to a peer that stopped consuming never ends: UCX completes it while the
+    // worker is destroyed, and insists that it was released by then.
+    if (p->close_request != nullptr) {
+      p->close_released = true;
+      ucp_request_free(std::exchange(p->close_request, nullptr));
+    }
+  }
   if (worker_) ucp_worker_destroy(worker_);
 }
 
@@ -331,7 +340,10 @@ void UcxTransport::close_endpoint(Peer& p, bool force) {
   param.cb.send = &UcxTransport::on_close_done;
   param.user_data = &p;
   ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &param);
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) done_closes_.emplace_back(&p, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
+  if (UCS_PTR_IS_PTR(r))
+    p.close_request = r;
+  else
+    done_closes_.emplace_back(&p, UCS_PTR_STATUS(r));
   poller_.kick();
 }
 
@@ -530,7 +542,8 @@ void UcxTransport::on_request_done(void* request, ucs_status_t status, void* use
 void UcxTransport::on_close_done(void* request, ucs_status_t status, void* user_data) {
   auto* p = static_cast<Peer*>(user_data);
   p->owner->done_closes_.emplace_back(p, status);
-  ucp_request_free(request);
+  p->close_request = nullptr;
+  if (!p->close_released) ucp_request_free(request);
 }
 
 void UcxTransport::on_wired(void* request, ucs_status_t status, void* user_data) {

@@ -54,7 +54,9 @@ class UcxTransport final : public Transport, private OpPoster {
   bool progress() override;
   runtime::ArmResult try_arm() override;
   int fd() const override { return efd_; }
-  bool has_pending() const override { return engine_.has_pending() || !closing_.empty() || wireups_ != 0; }
+  // A wireup does not count: its answer wakes the worker's fd, and a peer that never answers must
+  // not keep the loop's safety timer running.
+  bool has_pending() const override { return engine_.has_pending() || !closing_.empty(); }
 
  private:
   struct Peer {
@@ -65,6 +67,8 @@ class UcxTransport final : public Transport, private OpPoster {
     ucp_rkey_h rkey = nullptr;
     bool peer_error_mode = false;  // UCX reports this peer's failure (no shared memory with it)
     bool failed = false;           // UCX reported its failure
+    void* close_request = nullptr;  // the close in flight, if UCX returned a request
+    bool close_released = false;    // handed back to UCX unfinished at teardown: its callback frees nothing
     std::chrono::steady_clock::time_point linger_until{};  // lingering: closed by then at the latest
     FastHeader fast_header{};      // names us to the peer; alive while UCX may still send it
   };
