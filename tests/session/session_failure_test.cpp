@@ -211,12 +211,15 @@ TEST(SessionFailure, DepartedPeersLeaveNoMappingsBehind) {
     };
     cycle();  // UCX pools and caches at their size
     std::this_thread::sleep_for(100ms);
+    constexpr std::size_t kPeers = 8;
+    constexpr std::size_t kNoise = kPeers / 2;  // allocator arenas (a few under ASan); the leak was 2 per peer
     const std::size_t before = mapping_count();
-    for (int i = 0; i < 8; ++i) cycle();
+    for (std::size_t i = 0; i < kPeers; ++i) cycle();
     const auto until = std::chrono::steady_clock::now() + 5s;  // the last endpoint close settles
-    while (mapping_count() > before && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
-    std::printf("%s: mappings %zu before 8 departed peers, %zu after\n", tls, before, mapping_count());
-    EXPECT_LE(mapping_count(), before) << "departed peers left mappings behind";
+    while (mapping_count() > before + kNoise && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(10ms);
+    std::printf("%s: mappings %zu before %zu departed peers, %zu after\n", tls, before, kPeers, mapping_count());
+    EXPECT_LE(mapping_count(), before + kNoise) << "departed peers left mappings behind";
   }
 }
 
