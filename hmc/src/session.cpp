@@ -189,8 +189,10 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     const char* op = is_put ? "put" : "get";
     auto fail = [&](auto error) { return std::make_exception_ptr(error); };
     if (closed) return fail(ClosedError(std::string(op) + " on a closed session"));
+    // A peer whose wireup is still going on takes operations (UCX queues them): a put issued
+    // after a ctrl_recv from that peer must find it, and that message may overtake our wireup.
     const PeerRecord* peer = transport ? transport->peer(rank) : nullptr;
-    if (peer == nullptr || !ready.is_ready(rank))
+    if (peer == nullptr)
       return fail(NotConnectedError(std::string(op) + ": no data connection to rank " + std::to_string(rank) +
                                     " (connect() to it, or wait_peer() for a client)"));
     if (segs.empty()) return fail(InvalidArgumentError(std::string(op) + ": empty segment list"));
