@@ -48,6 +48,9 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     transport->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
       if (auto self = weak.lock()) self->peer_down(rank);
     };
+    transport->on_peer_ready = [weak = weak_from_this()](std::uint32_t rank) {
+      if (auto self = weak.lock()) self->peer_ready(rank);
+    };
     transport->on_message = [weak = weak_from_this()](std::uint32_t rank, std::span<const std::byte> bytes) {
       if (auto self = weak.lock()) self->fast_message(rank, bytes);
     };
@@ -129,6 +132,12 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       log().error("data connection to rank {} failed: {}; dropping the peer", rank, why);
       return peer_down(rank);
     }
+  }
+
+  // The transport's connection to `rank` is established (after peer_info): operations and the
+  // fast path may use it now. Nothing runs on a half-made UCX connection (docs/design.md).
+  void peer_ready(std::uint32_t rank) {
+    if (closed || !ctrl) return;
     ready.set(rank);
     wake_address_waiters();
     if (opts.fast_ctrl) {
@@ -259,8 +268,10 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     const char* op = is_put ? "put" : "get";
     auto fail = [&](auto error) { return std::make_exception_ptr(error); };
     if (closed) return fail(ClosedError(std::string(op) + " on a closed session"));
+    // A peer whose wireup is still going on takes operations (UCX queues them): a put issued
+    // after a ctrl_recv from that peer must find it, and that message may overtake our wireup.
     const PeerRecord* peer = transport ? transport->peer(rank) : nullptr;
-    if (peer == nullptr || !ready.is_ready(rank))
+    if (peer == nullptr)
       return fail(NotConnectedError(std::string(op) + ": no data connection to rank " + std::to_string(rank) +
                                     " (connect() to it, or wait_peer() for a client)"));
     if (segs.empty()) return fail(InvalidArgumentError(std::string(op) + ": empty segment list"));

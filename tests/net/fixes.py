@@ -8,10 +8,7 @@ import pytest
 # is an expected failure while its fix is listed here; the lead deletes the line when merging that
 # branch (a strict test that then passes fails as XPASS, as a reminder). HMC_NET_FIXED=a,b runs
 # them as ordinary tests (to try a branch before it is merged).
-PENDING = {
-    "engine-peer-release": "owner to be named by the lead (engine area, found by these tests): a departed "
-                           "shared-memory peer leaves 2 mappings and 16 KiB of shared RSS in the survivor",
-}
+PENDING = {}
 for _fixed in filter(None, os.environ.get("HMC_NET_FIXED", "").split(",")):
     PENDING.pop(_fixed, None)
 

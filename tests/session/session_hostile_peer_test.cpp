@@ -82,6 +82,17 @@ class RawUcxPeer {
     ok_ = ok_ && ucp_ep_create(worker_, &ep, &ep_) == UCS_OK;
   }
 
+  // Progresses this worker (answering the server's wireup) until `done` or 10 s; false on timeout.
+  template <class Done>
+  bool progress_until(Done done) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      ucp_worker_progress(worker_);
+    }
+    return true;
+  }
+
   // One eager active message with HMC's control id (1), waited for locally.
   void send(std::span<const std::byte> header, std::span<const std::byte> body) {
     ucp_request_param_t param{};
@@ -230,7 +241,15 @@ TEST_F(HostilePeerTest, SecondPeerInfoForALivePeerDisconnectsIt) {
   RawUcxPeer raw("tcp");
   ASSERT_TRUE(raw.ok());
   ctrl.send_transport(raw.peer_info(9));
-  server->wait_peer(9, 10s);
+  // The server's endpoint to us is usable once our worker has answered its wireup.
+  ASSERT_TRUE(raw.progress_until([&] {
+    try {
+      server->wait_peer(9, 10ms);
+      return true;
+    } catch (const TimeoutError&) {
+      return false;
+    }
+  }));
   ctrl.send_transport(raw.peer_info(9));
   EXPECT_TRUE(ctrl.dropped_within(10s)) << "a second peer info was accepted";
   const auto until = std::chrono::steady_clock::now() + 5s;

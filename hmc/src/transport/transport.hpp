@@ -35,6 +35,8 @@ class Transport : public runtime::Poller {
 
   // Run on the loop, never inside a transport callback. A failed peer is already removed here.
   std::function<void(std::uint32_t rank, error_code reason)> on_peer_failed;
+  // A peer added by add_peer became usable: its connection is fully established. Run on the loop.
+  std::function<void(std::uint32_t rank)> on_peer_ready;
   // A fast-path message from a connected (or connecting) peer, identified by the transport.
   std::function<void(std::uint32_t rank, std::span<const std::byte> message)> on_message;
 
@@ -45,7 +47,8 @@ class Transport : public runtime::Poller {
   // only `to` learns, which identifies its fast-path messages; a new one replaces the previous.
   virtual std::vector<std::byte> local_info(std::uint32_t to, const LocalAddress& self) = 0;
   // Connects to `rank` from its bootstrap message. Empty on success, else why not. A rank that is
-  // connected already is refused (remove it first).
+  // connected already is refused (remove it first). on_peer_ready (or on_peer_failed) follows once
+  // the connection is established; no operation may be submitted for the peer before.
   virtual std::string add_peer(std::uint32_t rank, std::span<const std::byte> info) = 0;
   // Aborts the peer's operations with `reason` and closes its connection; forgets its secret.
   virtual void remove_peer(std::uint32_t rank, error_code reason) = 0;

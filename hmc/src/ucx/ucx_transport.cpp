@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
@@ -19,6 +20,7 @@ using runtime::log;
 namespace {
 
 constexpr unsigned kCtrlMessageId = 1;  // the active-message id of HMC's control fast path
+constexpr std::chrono::milliseconds kLinger{2000};  // how long a lost peer's endpoint waits for UCX
 
 error_code from_ucs(ucs_status_t s) {
   switch (s) {
@@ -77,7 +79,8 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext>
       context_holder_(std::move(context)),
       context_(context_holder_->get()),
       regions_([ctx = context_](void* memh) { ucp_mem_unmap(ctx, static_cast<ucp_mem_h>(memh)); }),
-      engine_(loop.executor(), *this, regions_, options.engine) {
+      engine_(loop.executor(), *this, regions_, options.engine),
+      linger_timer_(loop.executor()) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop thread touches the worker
@@ -124,14 +127,17 @@ UcxTransport::~UcxTransport() {
   std::vector<std::uint32_t> ranks;
   for (const auto& [rank, p] : peers_) ranks.push_back(rank);
   for (auto rank : ranks) remove_peer(rank, make_error_code(Status::CLOSED));
+  linger_timer_.cancel();
+  while (!lingering_.empty()) close_lingering(lingering_.begin());
   // UCX cannot abandon requests: progress until every endpoint close has come back, then briefly
   // for posts (a closed endpoint returns them at once, except those UCX 1.13 tcp loses for good),
   // sleeping on the worker's fd between rounds.
   const auto now = [] { return std::chrono::steady_clock::now(); };
   const auto close_limit = now() + std::chrono::seconds(2);
   auto post_limit = close_limit;
-  while ((!closing_.empty() || engine_.posts_outstanding() != 0) && now() < std::min(close_limit, post_limit)) {
-    if (ucp_worker_progress(worker_) == 0 && done_posts_.empty() && done_closes_.empty() &&
+  while ((!closing_.empty() || engine_.posts_outstanding() != 0 || wireups_ != 0) &&
+         now() < std::min(close_limit, post_limit)) {
+    if (ucp_worker_progress(worker_) == 0 && done_posts_.empty() && done_closes_.empty() && wired_.empty() &&
         ucp_worker_arm(worker_) == UCS_OK) {
       pollfd p{efd_, POLLIN, 0};
       ::poll(&p, 1, 1);
@@ -139,11 +145,19 @@ UcxTransport::~UcxTransport() {
     process_completions();
     if (closing_.empty() && post_limit == close_limit) post_limit = now() + std::chrono::milliseconds(50);
   }
-  if (engine_.posts_outstanding() != 0 || !closing_.empty())
-    log().warn("ucx transport closed with {} posts and {} endpoint closes still in UCX", engine_.posts_outstanding(),
-               closing_.size());
-  for (auto& p : closing_)
+  if (engine_.posts_outstanding() != 0 || !closing_.empty() || wireups_ != 0)
+    log().warn("ucx transport closed with {} posts, {} wireups and {} endpoint closes still in UCX",
+               engine_.posts_outstanding(), wireups_, closing_.size());
+  for (auto& p : closing_) {
     if (p->rkey) ucp_rkey_destroy(p->rkey);
+    p->rkey = nullptr;
+    // A flushing close to a peer that stopped consuming never ends: UCX completes it while the
+    // worker is destroyed, and insists that it was released by then.
+    if (p->close_request != nullptr) {
+      p->close_released = true;
+      ucp_request_free(std::exchange(p->close_request, nullptr));
+    }
+  }
   if (worker_) ucp_worker_destroy(worker_);
 }
 
@@ -206,8 +220,19 @@ std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte
     closing_.push_back(std::move(p));
     return std::string("ucp_ep_rkey_unpack: ") + ucs_status_string(s);
   }
+  // Usable once UCX has wired the endpoint up, which an endpoint flush waits for: UCX 1.13 tcp can
+  // crash when a peer goes away while its connection is still being set up (docs/design.md).
+  ucp_request_param_t fp{};
+  fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  fp.cb.send = &UcxTransport::on_wired;
+  fp.user_data = p.get();
+  ucs_status_ptr_t r = ucp_ep_flush_nbx(p->ep, &fp);
+  if (UCS_PTR_IS_PTR(r))
+    ++wireups_;
+  else
+    wired_.emplace_back(p.get(), UCS_PTR_STATUS(r));
   poller_.kick();
-  log().info("ucx peer rank {} ready ({} bytes at {:#x}) over {}{}", rank, info.buffer_size, info.buffer_base,
+  log().info("ucx peer rank {} connecting ({} bytes at {:#x}) over {}{}", rank, info.buffer_size, info.buffer_base,
              carriers_of(*p), shared ? "" : " (no shared memory with it)");
   peers_[rank] = std::move(p);
   engine_.peer_added(rank);
@@ -269,10 +294,43 @@ void UcxTransport::remove_peer(std::uint32_t rank, error_code reason) {
   peers_.erase(it);
   // Before the endpoint closes: every operation of the peer is aborted and posts nothing more.
   engine_.peer_removed(rank, reason);
-  // Force only where UCX allows it (peer mode) or the peer is gone; a live peer gets a flushing close.
-  close_endpoint(*p, p->peer_error_mode || reason == make_error_code(Status::PEER_LOST));
-  closing_.push_back(std::move(p));
+  const bool lost = reason == make_error_code(Status::PEER_LOST);
   log().info("ucx peer rank {} removed: {}", rank, reason.message());
+  // A peer lost (the control channel says so) whose endpoint UCX still holds up closes once UCX
+  // sees the loss too: UCX 1.13 tcp frees an endpoint it is discarding when the peer's hangup
+  // arrives, then calls into it (docs/design.md "Failure model"). Bounded by kLinger.
+  if (p->peer_error_mode && lost && !p->failed) {
+    p->linger_until = std::chrono::steady_clock::now() + kLinger;
+    lingering_.push_back(std::move(p));
+    arm_linger_timer();
+    return;
+  }
+  // Force only where UCX allows it (peer mode); it refuses (and so never closes) any other endpoint.
+  close_endpoint(*p, p->peer_error_mode);
+  closing_.push_back(std::move(p));
+}
+
+void UcxTransport::close_lingering(std::list<std::unique_ptr<Peer>>::iterator it) {
+  close_endpoint(**it, true);
+  closing_.splice(closing_.end(), lingering_, it);
+}
+
+void UcxTransport::arm_linger_timer() {
+  if (linger_timer_armed_ || lingering_.empty()) return;
+  linger_timer_armed_ = true;
+  linger_timer_.expires_at(lingering_.front()->linger_until);
+  linger_timer_.async_wait([this, life = std::weak_ptr<int>(life_)](error_code) {
+    if (!life.lock()) return;
+    linger_timer_armed_ = false;
+    const auto now = std::chrono::steady_clock::now();
+    while (!lingering_.empty() && lingering_.front()->linger_until <= now) {
+      log().info("ucx endpoint to lost rank {} closed after {} ms without a failure report",
+                 lingering_.front()->record.rank, kLinger.count());
+      close_lingering(lingering_.begin());
+    }
+    process_completions();
+    arm_linger_timer();
+  });
 }
 
 void UcxTransport::close_endpoint(Peer& p, bool force) {
@@ -282,7 +340,10 @@ void UcxTransport::close_endpoint(Peer& p, bool force) {
   param.cb.send = &UcxTransport::on_close_done;
   param.user_data = &p;
   ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &param);
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) done_closes_.emplace_back(&p, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
+  if (UCS_PTR_IS_PTR(r))
+    p.close_request = r;
+  else
+    done_closes_.emplace_back(&p, UCS_PTR_STATUS(r));
   poller_.kick();
 }
 
@@ -397,7 +458,7 @@ ucs_status_t UcxTransport::on_active_message(void* arg, const void* header, std:
 bool UcxTransport::progress() {
   const unsigned n = ucp_worker_progress(worker_);
   const bool had = !done_posts_.empty() || !done_closes_.empty() || !failed_peers_.empty() ||
-                   !received_messages_.empty() || !misbehaving_.empty();
+                   !received_messages_.empty() || !misbehaving_.empty() || !wired_.empty();
   process_completions();
   return n != 0 || had;
 }
@@ -412,7 +473,7 @@ runtime::ArmResult UcxTransport::try_arm() {
 void UcxTransport::process_completions() {
   // UCX callbacks only record; the work happens here, outside ucp_worker_progress.
   while (!done_posts_.empty() || !done_closes_.empty() || !failed_peers_.empty() || !received_messages_.empty() ||
-         !misbehaving_.empty()) {
+         !misbehaving_.empty() || !wired_.empty()) {
     auto messages = std::move(received_messages_);
     received_messages_.clear();
     for (auto& [rank, bytes] : messages)
@@ -431,11 +492,32 @@ void UcxTransport::process_completions() {
     auto failed = std::move(failed_peers_);
     failed_peers_.clear();
     for (auto [peer, status] : failed) {
+      peer->failed = true;
       const std::uint32_t rank = peer->record.rank;
+      auto lingering = std::find_if(lingering_.begin(), lingering_.end(),
+                                    [peer = peer](const auto& q) { return q.get() == peer; });
+      if (lingering != lingering_.end()) {
+        close_lingering(lingering);
+        continue;
+      }
       if (find(rank) != peer) continue;  // already removed
       log().warn("ucx endpoint to rank {} failed: {}", rank, ucs_status_string(status));
       remove_peer(rank, make_error_code(Status::PEER_LOST));
       if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PEER_LOST));
+    }
+    auto wired = std::move(wired_);
+    wired_.clear();
+    for (auto [peer, status] : wired) {
+      const std::uint32_t rank = peer->record.rank;
+      if (find(rank) != peer) continue;  // removed meanwhile
+      if (status != UCS_OK) {
+        log().warn("ucx endpoint to rank {} could not be set up: {}", rank, ucs_status_string(status));
+        remove_peer(rank, make_error_code(Status::PEER_LOST));
+        if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PEER_LOST));
+        continue;
+      }
+      log().info("ucx peer rank {} ready", rank);
+      if (on_peer_ready) on_peer_ready(rank);
     }
     auto closes = std::move(done_closes_);
     done_closes_.clear();
@@ -460,6 +542,14 @@ void UcxTransport::on_request_done(void* request, ucs_status_t status, void* use
 void UcxTransport::on_close_done(void* request, ucs_status_t status, void* user_data) {
   auto* p = static_cast<Peer*>(user_data);
   p->owner->done_closes_.emplace_back(p, status);
+  p->close_request = nullptr;
+  if (!p->close_released) ucp_request_free(request);
+}
+
+void UcxTransport::on_wired(void* request, ucs_status_t status, void* user_data) {
+  auto* p = static_cast<Peer*>(user_data);
+  --p->owner->wireups_;
+  p->owner->wired_.emplace_back(p, status);
   ucp_request_free(request);
 }
 

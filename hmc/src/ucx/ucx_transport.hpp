@@ -54,6 +54,8 @@ class UcxTransport final : public Transport, private OpPoster {
   bool progress() override;
   runtime::ArmResult try_arm() override;
   int fd() const override { return efd_; }
+  // A wireup does not count: its answer wakes the worker's fd, and a peer that never answers must
+  // not keep the loop's safety timer running.
   bool has_pending() const override { return engine_.has_pending() || !closing_.empty(); }
 
  private:
@@ -64,6 +66,10 @@ class UcxTransport final : public Transport, private OpPoster {
     ucp_ep_h ep = nullptr;
     ucp_rkey_h rkey = nullptr;
     bool peer_error_mode = false;  // UCX reports this peer's failure (no shared memory with it)
+    bool failed = false;           // UCX reported its failure
+    void* close_request = nullptr;  // the close in flight, if UCX returned a request
+    bool close_released = false;    // handed back to UCX unfinished at teardown: its callback frees nothing
+    std::chrono::steady_clock::time_point linger_until{};  // lingering: closed by then at the latest
     FastHeader fast_header{};      // names us to the peer; alive while UCX may still send it
   };
 
@@ -76,11 +82,14 @@ class UcxTransport final : public Transport, private OpPoster {
 
   static void on_request_done(void* request, ucs_status_t status, void* user_data);
   static void on_close_done(void* request, ucs_status_t status, void* user_data);
+  static void on_wired(void* request, ucs_status_t status, void* user_data);
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t on_active_message(void* arg, const void* header, std::size_t header_length, void* data,
                                         std::size_t length, const ucp_am_recv_param_t* param);
   void process_completions();
   void close_endpoint(Peer& p, bool force);
+  void close_lingering(std::list<std::unique_ptr<Peer>>::iterator it);
+  void arm_linger_timer();
   std::string carriers_of(const Peer& p) const;
   Peer* find(std::uint32_t rank) const;
 
@@ -100,12 +109,19 @@ class UcxTransport final : public Transport, private OpPoster {
   runtime::PollerHandle poller_;
 
   std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
+  // Removed peers UCX has not seen fail yet: their endpoints close once it does (or at linger_until).
+  std::list<std::unique_ptr<Peer>> lingering_;
+  runtime::asio::steady_timer linger_timer_;
+  bool linger_timer_armed_ = false;
+  std::shared_ptr<int> life_ = std::make_shared<int>(0);  // timer handlers check it: we may be gone
   std::list<std::unique_ptr<Peer>> closing_;  // endpoints whose close request is in flight
   std::list<std::unique_ptr<Peer>> closed_;   // closed endpoints, kept for late UCX callbacks
   std::map<std::uint32_t, std::uint64_t> fast_token_of_;            // rank -> the secret we gave it
   std::unordered_map<std::uint64_t, std::uint32_t> rank_of_token_;  // and back
   std::vector<std::pair<Token, ucs_status_t>> done_posts_;  // filled by UCX callbacks, drained after progress
   std::vector<std::pair<Peer*, ucs_status_t>> done_closes_;
+  std::vector<std::pair<Peer*, ucs_status_t>> wired_;  // endpoints whose wireup flush came back
+  std::size_t wireups_ = 0;                            // wireup flushes still in UCX
   std::vector<std::pair<Peer*, ucs_status_t>> failed_peers_;
   std::vector<std::pair<std::uint32_t, std::vector<std::byte>>> received_messages_;
   std::vector<std::pair<std::uint32_t, std::string>> misbehaving_;  // fast-path protocol violations
