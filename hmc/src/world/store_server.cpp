@@ -109,8 +109,11 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
         break;
       }
       wire::Request request;
-      why = wire::decode_request(payload, limits, request);
-      if (!why.empty()) break;
+      // The frame itself was sound: refuse the request, keep the connection.
+      if (auto bad = wire::decode_request(payload, limits, request); !bad.empty()) {
+        reply(conn, h.id, fail(Status::INVALID_ARGUMENT, "malformed request: " + bad));
+        continue;
+      }
       handle(conn, h.id, std::move(request));
     }
     if (!why.empty() && !closed) log().warn("store: closing connection from {}: {}", conn->remote, why);
