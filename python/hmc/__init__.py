@@ -8,6 +8,7 @@ from ._errors import (AuthenticationError, CancelledError, ClosedError, HMCError
 from .aio import AsyncSession
 from .future import Future
 from .session import BufferView, RegisteredBuffer, Session, create_session, memory_type_available
+from .world import AsyncWorld, RankSession, Store, World, init_async_world, init_world, wrap_store  # noqa: F401
 
 __all__ = [
     "AsyncSession", "AuthenticationError", "BufferView", "CancelledError", "ClosedError", "ConnType", "Future",

@@ -358,6 +358,7 @@ PYBIND11_MODULE(_hmc, m) {
       .def("disconnect", [](Core& c, std::uint32_t rank) { c.s().disconnect(rank); })
       .def("close", &Core::close);
 
+  void bind_world(py::module_&); bind_world(m);  // the world layer: python/src/world_bindings.cpp
   m.def("memory_available", [](int type, int device_id) {
     std::string why;
     const bool ok = hmc::Memory::available(static_cast<hmc::MemoryType>(type), device_id, &why);

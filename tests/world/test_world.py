@@ -1,0 +1,195 @@
+"""The Python world layer across processes: every collective with odd sizes and checked contents
+(blocking and asyncio, shm and tcp), torchrun's environment, a torch TCPStore, two jobs on one
+standalone store (python -m hmc.store), a rank killed during barriers, and typed store errors."""
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import hmc
+
+HERE = pathlib.Path(__file__).parent
+PYTHON = "/usr/bin/python3"  # Debian's interpreter: it sees python3-numpy/torch
+CHECKS = 15                  # "OK" lines of the collectives scenario without torch
+TORCH_CHECKS = 3
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def auth_key(monkeypatch):
+    monkeypatch.setenv("HMC_AUTH_KEY", "python-world-test")
+
+
+@pytest.fixture
+def uds_dir():
+    d = tempfile.mkdtemp(prefix="hmc-pyworld-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def env_for(extra=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    env.update(extra or {})
+    return env
+
+
+def spawn(args, env=None):
+    return subprocess.Popen([PYTHON, str(HERE / "world_peer.py"), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env or env_for())
+
+
+def finish(procs, limit=120):
+    """Every process's output lines and exit status; one still running at the limit is killed."""
+    end = time.monotonic() + limit
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            out += "\n(killed at the time limit)"
+        results.append((out.splitlines(), p.returncode))
+    return results
+
+
+def assert_all_ok(results, checks):
+    for lines, rc in results:
+        oks = [line for line in lines if line.startswith("OK ")]
+        assert rc == 0 and len(oks) == checks and lines[-1] == "DONE", "\n".join(lines)
+
+
+# CI runs two corners of the matrix; HMC_WORLD_LONG=1 runs all four.
+MATRIX = [("blocking", "shm"), ("asyncio", "tcp")]
+if os.environ.get("HMC_WORLD_LONG"):
+    MATRIX += [("asyncio", "shm"), ("blocking", "tcp")]
+
+
+@pytest.mark.parametrize("style,tls", MATRIX)
+def test_eight_ranks_every_collective(style, tls):
+    url = f"tcp://127.0.0.1:{free_port()}"  # rank 0 hosts the embedded store
+    procs = [spawn([url, 8, r, style, tls, "collectives"]) for r in range(8)]
+    assert_all_ok(finish(procs), CHECKS)
+
+
+def test_odd_world_with_tensors_and_automatic_ranks():
+    with StandaloneStore() as url:
+        procs = [spawn([url, 3, "auto", "asyncio" if i % 2 else "blocking", "shm", "collectives", "odd", "torch"])
+                 for i in range(3)]
+        results = finish(procs)
+    assert_all_ok(results, CHECKS + TORCH_CHECKS)
+    assert sorted(lines[0] for lines, _ in results) == ["RANK 0", "RANK 1", "RANK 2"]
+
+
+def test_torchrun_style_environment():
+    port = free_port()
+    procs = []
+    for r in range(4):
+        env = env_for({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "4", "RANK": str(r),
+                       "LOCAL_RANK": str(r)})
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        procs.append(spawn(["env://", 0, "auto", "blocking", "shm", "join"], env))
+    results = finish(procs, 60)
+    for r, (lines, rc) in enumerate(results):
+        assert rc == 0 and lines[0] == f"RANK {r}", "\n".join(lines)
+
+
+def test_a_torch_tcpstore_bootstraps_the_world():
+    port = free_port()
+    procs = [spawn([f"torch:127.0.0.1:{port}" + (":master" if r == 0 else ""), 3, r, "blocking", "shm", "join"])
+             for r in range(3)]
+    for lines, rc in finish(procs, 90):
+        assert rc == 0 and lines[-1] == "DONE", "\n".join(lines)
+
+
+class StandaloneStore:
+    """python -m hmc.store on a free port."""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([PYTHON, "-m", "hmc.store", "--host", "127.0.0.1", "--port", "0"],
+                                     stdout=subprocess.PIPE, text=True, env=env_for())
+        line = self.proc.stdout.readline().split()
+        assert line and line[0] == "READY", line
+        return f"tcp://{line[1]}"
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=10) == 0
+
+
+def test_two_jobs_share_one_standalone_store():
+    with StandaloneStore() as url:
+        procs = [spawn([url, 2, "auto", "blocking", "tcp", "collectives", f"job{i % 2}"]) for i in range(4)]
+        results = finish(procs)
+    assert_all_ok(results, CHECKS)
+
+
+def test_a_rank_killed_during_barriers_fails_the_others_naming_it():
+    with StandaloneStore() as url:
+        procs = [spawn([url, 4, "auto", "blocking", "shm", "barriers"]) for _ in range(4)]
+        by_rank = {}
+        for p in procs:
+            line = p.stdout.readline()
+            assert line.startswith("RANK"), line
+            by_rank[int(line.split()[1])] = p
+        time.sleep(0.3)
+        start = time.monotonic()
+        by_rank[2].kill()
+        by_rank[2].wait()
+        results = finish([by_rank[r] for r in (0, 1, 3)], 30)
+        assert time.monotonic() - start < 12
+    for lines, rc in results:
+        assert rc == 3 and lines[-1].startswith("ERROR PeerLostError") and "rank 2" in lines[-1], "\n".join(lines)
+
+
+def test_store_operations_and_typed_errors():
+    with StandaloneStore() as url:
+        s = hmc.Store(url, job_id="api")
+        s.set("k", b"v")
+        s.set("text", "x")
+        assert s.get("k") == b"v" and s.get("text") == b"x"
+        assert s.add("n", 2) == 2 and s.add("n", 3) == 5
+        assert s.compare_set("c", b"", b"first") == b"first"
+        assert s.compare_set("c", b"other", b"second") == b"first"
+        assert s.check(["k", "n"]) and not s.check(["missing"])
+        assert s.delete_key("k") and not s.check(["k"])
+        with pytest.raises(hmc.TimeoutError, match="never"):
+            s.get("never", timeout=0.2)
+        other = hmc.Store(url, job_id="other")
+        assert not other.check(["n"])  # jobs never see each other's keys
+        with pytest.raises(hmc.AuthenticationError, match=url):
+            hmc.Store(url, auth_key="wrong", timeout=2)
+        s.close()
+    for bad in ("127.0.0.1:1", "tcp://nowhere", "zk://h:1", "etcd://"):
+        with pytest.raises(hmc.InvalidConfigError, match=bad.split(":")[0]):
+            hmc.Store(bad)
+    dead = f"tcp://127.0.0.1:{free_port()}"
+    with pytest.raises(hmc.NotConnectedError, match=dead):
+        hmc.Store(dead, timeout=0.3)
+
+
+def test_a_torch_style_store_object_is_wrapped():
+    import datetime
+
+    import torch.distributed as dist
+
+    port = free_port()
+    master = dist.TCPStore("127.0.0.1", port, 1, True, timeout=datetime.timedelta(seconds=10))
+    s = hmc.wrap_store(master, job_id="j")
+    s.set("a", b"1")
+    assert s.get("a") == b"1" and s.add("n", 4) == 4
+    assert master.get("j/a") == b"1"  # namespaced by the job
+    with pytest.raises(hmc.TimeoutError):
+        s.wait(["never"], timeout=0.3)
