@@ -163,6 +163,20 @@ void collectives(World& w) {
     check(h == expect_min, "all_reduce min float64 " + std::to_string(count));
   }
 
+  // One-sided puts by rank after connect(): half the pairs dial, the other half ring a doorbell.
+  {
+    const std::uint32_t next = (r + 1) % n, prev = (r + n - 1) % n;
+    constexpr std::size_t kBytes = 4096;
+    if (n > 1) w.connect(next);
+    w.session().buffer().write_from_cpu(data(r, 77, kBytes).data(), kBytes, 0);
+    if (n > 1) w.session().put(next, 0, kBytes, kBytes);
+    w.barrier();  // every put is complete (and visible) before anyone reads
+    std::vector<std::byte> got(kBytes);
+    w.session().buffer().read_to_cpu(got.data(), kBytes, n > 1 ? kBytes : 0);
+    check(got == data(n > 1 ? prev : r, 77, kBytes), "put by rank after connect");
+    w.barrier();
+  }
+
   // The awaitable forms, from a coroutine on the session's loop.
   {
     auto task = [&]() -> hmc::runtime::asio::awaitable<bool> {

@@ -93,7 +93,7 @@ class WorldProcessTest : public ::testing::Test {
       const auto& r = ranks[i];
       const auto oks = std::count_if(r.lines.begin(), r.lines.end(), [](const std::string& l) { return l.rfind("OK ", 0) == 0; });
       EXPECT_EQ(r.status, 0) << "process " << i << ":\n" << dump(r);
-      EXPECT_EQ(oks, 19) << "process " << i << ":\n" << dump(r);
+      EXPECT_EQ(oks, 20) << "process " << i << ":\n" << dump(r);
       EXPECT_FALSE(r.lines.empty() || r.lines.back() != "DONE") << dump(r);
     }
   }

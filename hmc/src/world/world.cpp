@@ -159,7 +159,7 @@ void World::join(std::vector<PeerAddress> directory) {
   if (directory.size() != size())
     throw InvalidArgumentError("join: " + std::to_string(directory.size()) + " addresses for a world of " +
                                std::to_string(size()));
-  for (std::uint32_t r = 0; r < directory.size(); ++r) impl_->set_address(r, std::move(directory[r]));
+  for (std::uint32_t r = 0; r < directory.size(); ++r) impl_->connector->set_address(r, std::move(directory[r]));
   impl_->start();
   if (impl_->options.full_mesh) connect_all();
 }
@@ -187,10 +187,10 @@ void World::run_connect(const std::vector<std::uint32_t>& peers, std::chrono::st
   // Through the connector thread, so this never races a collective's own connects.
   auto done = std::make_shared<std::promise<std::optional<detail::Fault>>>();
   auto result = done->get_future();
-  impl_->post_job([impl = impl_, peers, deadline, ring, done] {
+  impl_->connector->post([connector = impl_->connector, peers, deadline, ring, done] {
     std::optional<detail::Fault> f;
     try {
-      impl->connect_now(peers, deadline, ring);
+      connector->connect_now(peers, deadline, ring);
     } catch (const detail::Fault& e) {
       f = e;
     }
@@ -307,7 +307,7 @@ void World::close() {
   if (store_) store_->close();
   session_->close();  // fails what is in flight; blocked connects return
   if (impl_) {
-    impl_->stop_connector();
+    impl_->connector->stop();
     // The running collective (if any) finishes on the loop with ClosedError before we go.
     for (int i = 0; i < 600 && detail::call_on(session_->executor(), [impl = impl_] { return impl->busy(); }); ++i)
       std::this_thread::sleep_for(milliseconds(5));

@@ -1,7 +1,6 @@
 #include "world/world_impl.hpp"
 
 #include <algorithm>
-#include <boost/asio/as_tuple.hpp>
 #include <cstring>
 
 #include "hmc/error.hpp"
@@ -87,11 +86,16 @@ class Batch {
 std::string rank_key(std::uint32_t rank, const char* what) {
   return "world/" + std::to_string(rank) + "/" + what;
 }
-
 WorldImpl::WorldImpl(Session& s, Store* st, std::uint32_t r, std::uint32_t n, WorldOptions o)
-    : session(s), store(st), rank(r), size(n), options(std::move(o)), ex(s.executor()), directory_(n) {}
+    : session(s),
+      store(st),
+      rank(r),
+      size(n),
+      options(std::move(o)),
+      ex(s.executor()),
+      connector(std::make_shared<Connector>(s, st, r, "world/", options.timeout)) {}
 
-WorldImpl::~WorldImpl() { stop_connector(); }
+WorldImpl::~WorldImpl() { connector->stop(); }
 
 std::shared_ptr<Batch> WorldImpl::batch() { return std::make_shared<Batch>(ex); }
 
@@ -106,167 +110,13 @@ std::size_t WorldImpl::half() const { return align_down(session.buffer().size() 
 
 // -- connections ---------------------------------------------------------------------------------
 
-void WorldImpl::start() {
-  connector_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (stopping_) return;
-      auto job = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      job();
-      lock.lock();
-    }
-  });
-  if (store != nullptr) asio::co_spawn(ex, doorbells(), asio::detached);
-}
-
-void WorldImpl::stop_connector() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    jobs_.clear();
-  }
-  cv_.notify_all();
-  if (connector_.joinable()) connector_.join();
-}
-
-void WorldImpl::post_job(std::function<void()> job) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return;
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_one();
-}
-
-void WorldImpl::set_address(std::uint32_t r, PeerAddress a) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  directory_.at(r) = std::move(a);
-}
-
-std::optional<PeerAddress> WorldImpl::address_of(std::uint32_t peer, time_point deadline) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (directory_.at(peer)) return directory_[peer];
-  }
-  if (store == nullptr)
-    throw Fault{Status::NOT_CONNECTED, peer, "no address for " + rank_name(peer) + " (join() was not called)"};
-  std::string text;
-  try {
-    text = store->get(rank_key(peer, "addr"), std::max(left(deadline), milliseconds(1)));
-  } catch (const TimeoutError& e) {
-    throw Fault{Status::TIMEOUT, peer, rank_name(peer) + " never published its address: " + e.what()};
-  } catch (const Error& e) {
-    throw Fault{e.status(), rank, std::string("reading an address from the store: ") + e.what()};
-  }
-  PeerAddress a;
-  const auto space = text.find(' ');
-  unsigned port = 0;
-  if (space != std::string::npos) {
-    a.ip = text.substr(0, space);
-    port = static_cast<unsigned>(std::strtoul(text.c_str() + space + 1, nullptr, 10));
-  }
-  if (a.ip.empty() || port == 0 || port > 65535)
-    throw Fault{Status::PROTOCOL_ERROR, peer, "malformed address of " + rank_name(peer) + " in the store: " + text};
-  a.ctrl_port = static_cast<std::uint16_t>(port);
-  set_address(peer, a);
-  return a;
-}
-
-void WorldImpl::dial(std::uint32_t peer, time_point deadline) {
-  const PeerAddress a = *address_of(peer, deadline);
-  try {
-    session.connect(peer, rank, a.ip, 0, a.ctrl_port);
-  } catch (const Error& e) {
-    const Status s = e.status() == Status::CLOSED || e.status() == Status::TIMEOUT ? e.status() : Status::PEER_LOST;
-    throw Fault{s, s == Status::CLOSED ? rank : peer,
-                "cannot connect to " + rank_name(peer) + " at " + a.ip + ":" + std::to_string(a.ctrl_port) + ": " +
-                    e.what()};
-  }
-}
-
-void WorldImpl::connect_now(const std::vector<std::uint32_t>& peers, time_point deadline, bool ring) {
-  const auto have = session.peers();
-  auto linked = [&](std::uint32_t p) { return std::find(have.begin(), have.end(), p) != have.end(); };
-  // The higher rank of a pair dials: two sessions never dial each other at once.
-  for (std::uint32_t p : peers)
-    if (p < rank && !linked(p)) dial(p, deadline);
-  for (std::uint32_t p : peers) {
-    if (p <= rank || linked(p)) continue;
-    if (ring) {
-      if (store == nullptr)
-        throw Fault{Status::NOT_CONNECTED, p, rank_name(p) + " must dial this rank (the higher rank dials): call connect(" +
-                                                   std::to_string(rank) + ") there"};
-      try {
-        const auto k = store->add(rank_key(p, "bells"), 1) - 1;
-        store->set(rank_key(p, ("bell/" + std::to_string(k)).c_str()), std::to_string(rank));
-      } catch (const Error& e) {
-        throw Fault{e.status(), rank, std::string("asking ") + rank_name(p) + " to connect: " + e.what()};
-      }
-    }
-    try {
-      session.wait_peer(p, std::max(left(deadline), milliseconds(1)));
-    } catch (const Error& e) {
-      const Status s = e.status() == Status::CLOSED ? Status::CLOSED : Status::TIMEOUT;
-      throw Fault{s, s == Status::CLOSED ? rank : p, rank_name(p) + " did not connect to this rank: " + e.what()};
-    }
-  }
-}
-
 asio::awaitable<void> WorldImpl::ensure(const std::vector<std::uint32_t>& wanted, time_point deadline) {
   std::vector<std::uint32_t> peers = wanted;
   std::erase_if(peers, [&](std::uint32_t p) { return connected.count(p) != 0; });
   if (peers.empty()) co_return;
-  using Outcome = std::optional<Fault>;
-  auto self = shared_from_this();
-  // Named, not a temporary: GCC 12 destroys some temporaries of a co_await expression twice.
-  auto initiate = [self, peers, deadline](auto handler) {
-    auto h = std::make_shared<decltype(handler)>(std::move(handler));
-    self->post_job([self, peers, deadline, h] {
-      Outcome f;
-      try {
-        self->connect_now(peers, deadline, false);
-      } catch (const Fault& e) {
-        f = e;
-      }
-      asio::post(self->ex, [h, f]() mutable { std::move (*h)(f); });
-    });
-  };
-  Outcome fault = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Outcome)>(initiate, asio::use_awaitable);
+  auto fault = co_await connector->connect(peers, deadline, false);
   for (auto p : session.peers()) connected.insert(p);
   if (fault) throw *fault;
-}
-
-asio::awaitable<void> WorldImpl::doorbells() {
-  auto self = shared_from_this();
-  for (;;) {
-    std::string key = rank_key(rank, ("bell/" + std::to_string(bells_seen_)).c_str());
-    auto [e, who] = co_await store->async_get(std::move(key), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
-    if (shut_) co_return;
-    if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const TimeoutError&) {
-        continue;
-      } catch (const std::exception& err) {
-        runtime::log().info("world rank {}: doorbell watch ended: {}", rank, err.what());
-        co_return;
-      }
-    }
-    ++bells_seen_;
-    const unsigned long q = std::strtoul(who.c_str(), nullptr, 10);
-    if (q >= rank) continue;  // only lower ranks ring; anything else is not ours to act on
-    const auto peer = static_cast<std::uint32_t>(q);
-    post_job([self, peer] {
-      try {
-        self->connect_now({peer}, runtime::deadline_after(self->options.timeout), false);
-      } catch (const Fault& f) {
-        runtime::log().warn("world rank {}: connecting to rank {} on its request failed: {}", self->rank, peer, f.what);
-      }
-    });
-  }
 }
 
 // -- collective queue ----------------------------------------------------------------------------

@@ -18,20 +18,13 @@
 #include <thread>
 
 #include "hmc/world/world.hpp"
+#include "world/connector.hpp"
 #include "world/world_message.hpp"
 
 namespace hmc::detail {
 
 namespace asio = runtime::asio;
 using time_point = std::chrono::steady_clock::time_point;
-
-// A failure inside a collective, with the rank it points at (a dead peer, a silent one, or this
-// rank for local errors); turned into the typed hmc::Error at the top and sent to the peers.
-struct Fault {
-  Status status = Status::ERROR;
-  std::uint32_t culprit = 0;
-  std::string what;
-};
 
 class Batch;
 
@@ -41,14 +34,8 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   ~WorldImpl();
 
   // -- connections -----------------------------------------------------------------------------
-  // Starts the connector thread (and the doorbell watcher when there is a store).
-  void start();
-  // Stops the connector thread; the Session must be closed first so blocked connects return.
-  void stop_connector();
-  void set_address(std::uint32_t rank, PeerAddress a);
-  // Blocking, on the connector thread: dial the lower ranks, wait for the higher ones to dial us.
-  void connect_now(const std::vector<std::uint32_t>& peers, time_point deadline, bool ring);
-  // (Parameters by reference: GCC 12 may destroy by-value coroutine parameters twice inside co_await.)
+  // Starts the connector (and its doorbell watcher when there is a store).
+  void start() { connector->start(); }
   asio::awaitable<void> ensure(const std::vector<std::uint32_t>& wanted, time_point deadline);
 
   // -- collectives -----------------------------------------------------------------------------
@@ -57,8 +44,6 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   void shutdown();
   // A collective is running (loop thread).
   bool busy() const noexcept { return running_; }
-  // Runs job on the connector thread (dropped once it stops).
-  void post_job(std::function<void()> job);
 
   Session& session;
   Store* const store;
@@ -67,6 +52,7 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   const WorldOptions options;
   const runtime::loop_executor ex;
 
+  const std::shared_ptr<Connector> connector;
   // Loop thread.
   std::set<std::uint32_t> connected;
 
@@ -78,7 +64,6 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
 
   asio::awaitable<void> run_queue();
   asio::awaitable<void> run(CollectiveCall& call, CollectiveResult& result);
-  asio::awaitable<void> doorbells();
 
   asio::awaitable<void> barrier(time_point deadline);
   asio::awaitable<void> broadcast(CollectiveCall& c, CollectiveResult& r, time_point deadline);
@@ -102,23 +87,12 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   std::size_t half() const;
   std::size_t region(std::uint64_t seq) const { return (seq % 2) * half(); }
   void poison(const Fault& f, const char* collective, std::uint64_t seq);
-  std::optional<PeerAddress> address_of(std::uint32_t peer, time_point deadline);
-  void dial(std::uint32_t peer, time_point deadline);
 
   std::uint64_t seq_ = 0;
   std::exception_ptr poisoned_;
   std::deque<Job> queue_;
   bool running_ = false;
   bool shut_ = false;
-  std::uint64_t bells_seen_ = 0;
-
-  // The connector thread and what it reads.
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::thread connector_;
-  std::vector<std::optional<PeerAddress>> directory_;  // guarded by mutex_
 };
 
 // The store keys of a world (under the store's job id).
