@@ -6,6 +6,7 @@
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
+#include "world/batch.hpp"
 #include "world/reduce.hpp"
 
 namespace hmc::detail {
@@ -56,32 +57,6 @@ Fault fault_of(std::exception_ptr e, std::uint32_t peer, std::uint32_t self, con
 }
 
 }  // namespace
-
-// Operations of one step, awaited together; the first fault ends the wait (late completions are
-// still counted, on state that outlives the waiting coroutine).
-class Batch {
- public:
-  explicit Batch(runtime::loop_executor ex) : wake_(ex) {}
-  void add() { ++pending_; }
-  void done(std::optional<Fault> f) {
-    --pending_;
-    if (f && !fault_) fault_ = std::move(f);
-    if (pending_ == 0 || fault_) wake_.cancel();
-  }
-  asio::awaitable<void> wait() {
-    while (pending_ > 0 && !fault_) {
-      wake_.expires_at(time_point::max());
-      runtime::error_code ignored;
-      co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-    }
-    if (fault_) throw *fault_;
-  }
-
- private:
-  asio::steady_timer wake_;
-  std::size_t pending_ = 0;
-  std::optional<Fault> fault_;
-};
 
 std::string rank_key(std::uint32_t rank, const char* what) {
   return "world/" + std::to_string(rank) + "/" + what;
