@@ -13,8 +13,10 @@
 #include "completion_queue.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
+#include "hmc/runtime/log.hpp"
 #include "hmc/world/store.hpp"
 #include "hmc/world/store_server.hpp"
+#include "hmc/world/transfer_engine.hpp"
 #include "hmc/world/world.hpp"
 
 namespace py = pybind11;
@@ -298,6 +300,55 @@ class PyWorld {
   std::atomic<std::uint64_t> next_id_{1};
 };
 
+class PyEngine {
+ public:
+  PyEngine(const std::string& url, const std::string& id, const py::dict& options) {
+    WorldOptions w = world_options(options);
+    TransferEngineOptions o;
+    o.session = w.session;
+    o.store = w.store;
+    o.local_ip = w.local_ip;
+    o.timeout = w.timeout;
+    py::gil_scoped_release release;
+    engine_ = std::make_unique<TransferEngine>(url, id, std::move(o));
+  }
+  TransferEngine& e() {
+    if (!engine_) throw ClosedError("the transfer engine is closed");
+    return *engine_;
+  }
+  // The local side is an address (memfabric passes pointers as ints); the caller keeps it valid.
+  std::shared_ptr<WorldOp> submit(bool is_write, const std::string& peer, const std::vector<std::uintptr_t>& local,
+                                  const std::vector<std::uint64_t>& remote, const std::vector<std::size_t>& lengths,
+                                  bool notify) {
+    if (local.size() != remote.size() || local.size() != lengths.size())
+      throw InvalidArgumentError("buffers, peer addresses and lengths must have the same length");
+    std::vector<TransferPiece> pieces;
+    for (std::size_t i = 0; i < local.size(); ++i)
+      pieces.push_back(TransferPiece{reinterpret_cast<void*>(local[i]), remote[i], lengths[i]});
+    auto o = std::make_shared<WorldOp>(next_id_++, notify ? queue_ : nullptr);
+    auto done = [o](std::exception_ptr err) { o->complete(std::move(err), {}); };
+    if (is_write) {
+      e().async_write_batch(peer, std::move(pieces), done);
+    } else {
+      if (pieces.size() != 1) throw InvalidArgumentError("a read takes one buffer");
+      e().async_read(peer, pieces[0].local, pieces[0].peer_address, pieces[0].length, done);
+    }
+    return o;
+  }
+  int completion_fd() const { return queue_->fd(); }
+  std::vector<std::uint64_t> drain() { return queue_->drain(); }
+  void close() {
+    if (!engine_) return;
+    py::gil_scoped_release release;
+    engine_.reset();
+  }
+
+ private:
+  std::unique_ptr<TransferEngine> engine_;
+  std::shared_ptr<CompletionQueue> queue_ = std::make_shared<CompletionQueue>();
+  std::atomic<std::uint64_t> next_id_{1};
+};
+
 class PyStore {
  public:
   PyStore(const std::string& url, const py::dict& options) {
@@ -467,6 +518,34 @@ void bind_world(py::module_& m) {
            })
       .def("local_address", [](PyStore& s) { return s.s().local_address(); })
       .def("close", &PyStore::close);
+
+  py::class_<PyEngine>(m, "TransferEngine")
+      .def(py::init<const std::string&, const std::string&, const py::dict&>())
+      .def_property_readonly("rank", [](PyEngine& e) { return e.e().rank(); })
+      .def("rpc_port", [](PyEngine& e) { return e.e().rpc_port(); })
+      .def("register_memory",
+           [](PyEngine& e, std::uintptr_t address, std::size_t length) {
+             auto& engine = e.e();
+             py::gil_scoped_release release;
+             engine.register_memory(reinterpret_cast<void*>(address), length);
+           })
+      .def("unregister_memory",
+           [](PyEngine& e, std::uintptr_t address) {
+             auto& engine = e.e();
+             py::gil_scoped_release release;
+             engine.unregister_memory(reinterpret_cast<void*>(address));
+           })
+      .def("submit", &PyEngine::submit)
+      .def("completion_fd", &PyEngine::completion_fd)
+      .def("drain", &PyEngine::drain)
+      .def("close", &PyEngine::close);
+
+  m.def("set_log_level", [](const std::string& level) {
+    runtime::LogLevel l;
+    if (!runtime::parse_log_level(level, l))
+      throw InvalidArgumentError("log level must be trace, debug, info, warn, error or off");
+    runtime::set_log_level(l);
+  });
 
   py::class_<StoreServer>(m, "StoreServer")
       .def(py::init([](const std::string& auth_key, bool authenticate, std::size_t max_connections) {

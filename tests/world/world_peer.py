@@ -131,6 +131,18 @@ async def main():
         opts["start_store"] = False
     try:
         store = store_of(store, size, rank)
+        if style == "mf":  # memfabric's names
+            import hmc.mf as mf
+
+            assert mf.initialize(store, size, rank, 0, opts) == 0, mf.get_last_err_msg()
+            say("RANK", mf.rank_id())
+            mf.barrier()
+            got = mf.all_gather(data(mf.rank_id(), 5, 1000))
+            check(got == b"".join(data(p, 5, 1000) for p in range(size)), "mf all_gather")
+            mf.barrier()
+            say("DONE")
+            mf.uninitialize()
+            sys.exit(1 if FAILS else 0)
         if style == "asyncio":
             w = await hmc.init_async_world(store, size, rank, **opts)
         else:

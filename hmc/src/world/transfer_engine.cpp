@@ -230,19 +230,24 @@ class TransferEngineImpl : public std::enable_shared_from_this<TransferEngineImp
         if (is_write) std::memcpy(buf + s, local, n);
         const std::uint64_t id = next_id++;
         b->add();
-        pending.emplace(id, Pending{peer, [self, b, s, n, local, is_write, buf, peer_id](Status st, const std::string& why) {
+        const std::uint64_t address = piece.peer_address + off;
+        pending.emplace(id, Pending{peer, [self, b, s, n, local, is_write, buf, peer_id, address](Status st,
+                                                                                                 const std::string& why) {
                                       if (st == Status::SUCCESS && !is_write) std::memcpy(local, buf + s, n);
                                       self->release_slot(s);
                                       if (st == Status::SUCCESS) return b->done(std::nullopt);
-                                      b->done(Fault{st, 0, "engine '" + peer_id + "': " +
-                                                               (why.empty() ? std::string(to_string(st)) : why)});
+                                      std::string text = why;
+                                      if (text.empty() && st == Status::OUT_OF_RANGE)
+                                        text = "[" + std::to_string(address) + ", +" + std::to_string(n) +
+                                               ") is not inside memory it registered";
+                                      b->done(Fault{st, 0, "engine '" + peer_id + "': " + text});
                                     }});
         Message m;
         m.kind = is_write ? Kind::write : Kind::read;
         m.id = id;
         m.offset = s;
         m.length = n;
-        m.address = piece.peer_address + off;
+        m.address = address;
         session.async_ctrl_send(peer, CtrlMessage::from_bytes(encode(m)), [self, id](std::exception_ptr e) {
           if (e) self->finish(id, Status::PEER_LOST, "the request could not be sent");
         });
