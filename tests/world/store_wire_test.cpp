@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "detail/byte_order.hpp"
-#include "world/etcd_store_client.hpp"
+#include "world/base64.hpp"
 #include "world/store_wire.hpp"
 #include "world/world_message.hpp"
 
@@ -127,6 +127,7 @@ TEST(StoreWire, Base64MatchesTheStandardAndRejectsGarbage) {
   EXPECT_FALSE(base64_decode("Zm9*", back));   // alphabet
   EXPECT_FALSE(base64_decode("Z===", back));   // padding
   EXPECT_FALSE(base64_decode("Zg==Zg==", back));  // padding inside
+  EXPECT_FALSE(base64_decode("Zh==", back));      // bits past the data
 }
 
 TEST(WorldMessage, RoundTripAndRejection) {

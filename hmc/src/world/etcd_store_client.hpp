@@ -35,9 +35,4 @@ class EtcdStoreClient final : public StoreBackend, public std::enable_shared_fro
   std::string local_address_;
 };
 
-// Pure helpers, exposed for tests and the fuzz harness.
-std::string base64_encode(const std::string& in);
-// False when `in` is not canonical base64.
-bool base64_decode(const std::string& in, std::string& out);
-
 }  // namespace hmc::detail
