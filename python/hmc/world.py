@@ -119,6 +119,21 @@ def _decode(buf):
     return out
 
 
+def _contiguous(arrays):
+    """One flat uint8 array of the arrays back to back: a view when they already are (slices of one
+    array, the usual way to split a send buffer), else a copy."""
+    np = _np()
+    first, size = arrays[0], arrays[0].nbytes
+    base = first.base if isinstance(first.base, np.ndarray) else None
+    if base is not None and base.flags["C_CONTIGUOUS"] and all(
+            a.ctypes.data == first.ctypes.data + i * size and a.flags["C_CONTIGUOUS"] for i, a in enumerate(arrays)):
+        start = first.ctypes.data - base.ctypes.data
+        flat = base.reshape(-1).view(np.uint8)
+        if 0 <= start and start + size * len(arrays) <= flat.nbytes:
+            return flat[start:start + size * len(arrays)]
+    return np.concatenate([a.reshape(-1).view(np.uint8) for a in arrays])
+
+
 def _blocks(core_blocks, template):
     """One result per rank from a Blocks buffer (views into it for arrays)."""
     offsets = core_blocks.offsets
@@ -241,7 +256,19 @@ class _Base:
         xs = list(xs)
         if len(xs) != self.size:
             raise InvalidArgumentError(f"all_to_all takes {self.size} items, one per destination rank")
-        srcs = [x if _array_of(x) is None else _array_of(x) for x in xs]
+        arrays = [_array_of(x) for x in xs]
+        if all(a is not None for a in arrays) and len({(a.dtype.str, a.shape) for a in arrays}) == 1:
+            # Equal arrays: one input, results written straight into one new array (no copies after).
+            np = _np()
+            out = np.empty((self.size,) + arrays[0].shape, dtype=arrays[0].dtype)
+            op = self._pending_op("all_to_all", _contiguous(arrays), out, timeout)
+            if _is_tensor(xs[0]):
+                import torch
+
+                out_t = torch.from_numpy(out)
+                return op, "none", lambda _: list(out_t.unbind(0))
+            return op, "none", lambda _: list(out)
+        srcs = [x if a is None else a for x, a in zip(xs, arrays)]
         return self._pending_op("all_to_all_v", srcs, timeout), "blocks", lambda b: _blocks(b, xs[0])
 
     def _all_reduce(self, x, op, timeout):

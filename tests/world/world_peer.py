@@ -88,6 +88,11 @@ async def collectives(w, use_torch):
     got = await w.all_to_all([np.full(4099, r * 100 + d, dtype=np.int64) for d in range(n)])
     check(all((got[s] == s * 100 + r).all() and got[s].shape == (4099,) for s in range(n)), "all_to_all arrays")
 
+    send = np.arange(n * 3001, dtype=np.int32) + r * 1_000_000  # split by views: the zero-copy input path
+    got = await w.all_to_all([send[d * 3001:(d + 1) * 3001] for d in range(n)])
+    check(all((got[s] == np.arange(r * 3001, (r + 1) * 3001) + s * 1_000_000).all() for s in range(n)),
+          "all_to_all views of one array")
+
     for count in (1001, 300001):
         v = np.arange(count, dtype=np.int64) * (r + 1) - r
         total = await w.all_reduce(v)

@@ -14,7 +14,7 @@ class Batch {
   void done(std::optional<Fault> f) {
     --pending_;
     if (f && !fault_) fault_ = std::move(f);
-    if (pending_ == 0 || fault_) wake_.cancel();
+    if (pending_ == 0 || (fault_ && !settling_)) wake_.cancel();
   }
   asio::awaitable<void> wait() {
     while (pending_ > 0 && !fault_) {
@@ -24,11 +24,29 @@ class Batch {
     }
     if (fault_) throw *fault_;
   }
+  // wait(), but on a fault first let what is still in flight finish (until `settle_by`): their
+  // bytes may land in the caller's memory, which must not be handed back while they can.
+  asio::awaitable<void> wait_settled(time_point settle_by) {
+    while (pending_ > 0 && !fault_) {
+      wake_.expires_at(time_point::max());
+      runtime::error_code ignored;
+      co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    }
+    while (fault_ && pending_ > 0 && std::chrono::steady_clock::now() < settle_by) {
+      wake_.expires_at(settle_by);
+      settling_ = true;
+      runtime::error_code ignored;
+      co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+      settling_ = false;
+    }
+    if (fault_) throw *fault_;
+  }
 
  private:
   asio::steady_timer wake_;
   std::size_t pending_ = 0;
   std::optional<Fault> fault_;
+  bool settling_ = false;
 };
 
 }  // namespace hmc::detail

@@ -19,6 +19,7 @@ namespace {
 constexpr std::size_t kAlign = 64;
 constexpr std::uint64_t kMaxContribution = std::uint64_t{1} << 40;  // a peer's claimed size beyond this is hostile
 constexpr std::size_t kDirectReduce = std::size_t{64} << 10;        // all_reduce of at most this: one hop
+constexpr std::size_t kDirectGet = std::size_t{256} << 10;          // results this large are registered
 
 std::size_t align_down(std::size_t x) { return x & ~(kAlign - 1); }
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) & ~(kAlign - 1); }
@@ -241,6 +242,36 @@ void WorldImpl::get(const std::shared_ptr<Batch>& b, std::uint32_t from, std::si
 
 // -- the collectives -----------------------------------------------------------------------------
 
+// Where the gets of a collective land: straight in the caller's memory when it is large enough to
+// be worth registering (one copy less), else in the staging slots, copied out after.
+struct WorldImpl::Landing {
+  std::optional<RegisteredMemory> direct;
+  std::byte* base = nullptr;
+
+  void prepare(Session& session, std::span<std::byte> dest) {
+    if (dest.size() < kDirectGet) return;
+    base = dest.data();
+    direct.emplace(session.register_memory(dest.data(), dest.size()));
+  }
+  void get(WorldImpl& w, const std::shared_ptr<Batch>& b, std::uint32_t from, std::byte* to, std::size_t staged,
+           std::size_t remote, std::size_t n) {
+    if (n == 0) return;
+    if (!direct) return w.get(b, from, staged, remote, n);
+    b->add();
+    w.session.async_get_into(*direct, static_cast<std::size_t>(to - base), from, remote, n,
+                             [b, from, self = w.rank](std::exception_ptr e) {
+                               b->done(e ? std::optional<Fault>(fault_of(e, from, self, "get from " + rank_name(from)))
+                                         : std::nullopt);
+                             });
+  }
+  void finish(Session& session, std::byte* to, std::size_t staged, std::size_t n) const {
+    if (!direct) session.buffer().read_to_cpu(to, n, staged);
+  }
+};
+
+time_point WorldImpl::settle_by() const { return runtime::deadline_after(session.options().timeout); }
+
+
 asio::awaitable<void> WorldImpl::barrier(time_point deadline) {
   if (size == 1) co_return;
   // Dissemination: in step k, signal rank + 2^k and hear from rank - 2^k; after ceil(log2 n) steps
@@ -283,6 +314,7 @@ asio::awaitable<void> WorldImpl::all_gather(CollectiveCall& c, CollectiveResult&
   std::vector<std::uint64_t> totals(n, 0);
   std::vector<std::byte*> dest(n, nullptr);
   totals[rank] = mine;
+  Landing land;
   std::size_t rounds = 1;
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint64_t s = seq_++;
@@ -316,19 +348,19 @@ asio::awaitable<void> WorldImpl::all_gather(CollectiveCall& c, CollectiveResult&
         for (std::size_t p = 0; p < n; ++p) dest[p] = blk.data.data() + blk.offsets[p];
       }
       if (mine != 0) std::memmove(dest[rank], c.in.data(), mine);
+      land.prepare(session, equal ? c.out : std::span<std::byte>(r.blocks.data));
     }
     auto g = batch();
     for (auto p : peers) {
-      const auto expected = slice(totals[p], j, piece).second;
+      const auto [o, expected] = slice(totals[p], j, piece);
       if ((*got)[p].b != expected)
         throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string((*got)[p].b) +
                                                    " bytes, expected " + std::to_string(expected)};
-      get(g, p, base + slot(p), (*got)[p].a, expected);
+      land.get(*this, g, p, dest[p] + o, base + slot(p), (*got)[p].a, expected);
     }
-    co_await g->wait();
+    co_await g->wait_settled(settle_by());
     for (auto p : peers)
-      if (const auto [o, l] = slice(totals[p], j, piece); l != 0)
-        session.buffer().read_to_cpu(dest[p] + o, l, base + slot(p));
+      if (const auto [o, l] = slice(totals[p], j, piece); l != 0) land.finish(session, dest[p] + o, base + slot(p), l);
   }
 }
 
@@ -353,6 +385,7 @@ asio::awaitable<void> WorldImpl::all_to_all(CollectiveCall& c, CollectiveResult&
   std::vector<std::uint64_t> totals(n, 0);  // bytes from each source
   std::vector<std::byte*> dest(n, nullptr);
   totals[rank] = blocks[rank].size();
+  Landing land;
   std::uint64_t my_largest = 0;
   for (auto d : peers) my_largest = std::max<std::uint64_t>(my_largest, blocks[d].size());
   // Round layout: one outgoing piece per peer, then one staging slot per peer.
@@ -395,19 +428,19 @@ asio::awaitable<void> WorldImpl::all_to_all(CollectiveCall& c, CollectiveResult&
         for (std::size_t p = 0; p < n; ++p) dest[p] = blk.data.data() + blk.offsets[p];
       }
       if (!blocks[rank].empty()) std::memmove(dest[rank], blocks[rank].data(), blocks[rank].size());
+      land.prepare(session, equal ? c.out : std::span<std::byte>(r.blocks.data));
     }
     auto g = batch();
     for (auto p : peers) {
-      const auto expected = slice(totals[p], j, piece).second;
+      const auto [o, expected] = slice(totals[p], j, piece);
       if ((*got)[p].b != expected)
         throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string((*got)[p].b) +
                                                    " bytes, expected " + std::to_string(expected)};
-      get(g, p, base + in_slot(p), (*got)[p].a, expected);
+      land.get(*this, g, p, dest[p] + o, base + in_slot(p), (*got)[p].a, expected);
     }
-    co_await g->wait();
+    co_await g->wait_settled(settle_by());
     for (auto p : peers)
-      if (const auto [o, l] = slice(totals[p], j, piece); l != 0)
-        session.buffer().read_to_cpu(dest[p] + o, l, base + in_slot(p));
+      if (const auto [o, l] = slice(totals[p], j, piece); l != 0) land.finish(session, dest[p] + o, base + in_slot(p), l);
   }
 }
 

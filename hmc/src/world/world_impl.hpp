@@ -82,6 +82,9 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   void get(const std::shared_ptr<Batch>& b, std::uint32_t from, std::size_t local, std::size_t remote,
            std::size_t size);
   std::shared_ptr<Batch> batch();
+  struct Landing;
+  // How long a failed step waits for what it still has in flight (see Batch::wait_settled).
+  time_point settle_by() const;
 
   std::vector<std::uint32_t> others() const;
   std::size_t half() const;
