@@ -61,7 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     case 3: {
       std::string why;
-      if (auto m = hmc::detail::decode_world_message(in, why)) same_or_abort(hmc::detail::encode(*m), in);
+      std::span<const std::byte> payload;
+      if (auto m = hmc::detail::decode_world_message(in, why, &payload))
+        same_or_abort(hmc::detail::encode(*m, payload), in);
       return 0;
     }
     default: {

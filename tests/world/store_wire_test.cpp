@@ -142,6 +142,18 @@ TEST(WorldMessage, RoundTripAndRejection) {
   EXPECT_FALSE(decode_world_message(bytes, why));
   EXPECT_FALSE(decode_world_message(std::vector<std::byte>(8), why));  // a plain tag
   EXPECT_NE(why.find("not a collective"), std::string::npos);
+  // An inline piece: exactly the announced bytes, only on a notice flagged inline.
+  const std::vector<std::byte> piece(5, std::byte{7});
+  WorldMessage n{WorldKind::notice, kInline, 0, 1, 0, piece.size(), 5, 0};
+  std::span<const std::byte> got;
+  ASSERT_TRUE(decode_world_message(encode(n, piece), why, &got));
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), piece.begin(), piece.end()));
+  n.b = 4;
+  EXPECT_FALSE(decode_world_message(encode(n, piece), why));  // announces fewer bytes than it carries
+  n.reason = 0;
+  n.b = 5;
+  EXPECT_FALSE(decode_world_message(encode(n, piece), why));  // bytes without the flag
+  EXPECT_FALSE(decode_world_message(encode(n, std::vector<std::byte>(kMaxInline + 1)), why));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "process.hpp"
+#include "hmc/world/store.hpp"
 #include "hmc/world/store_server.hpp"
 
 namespace hmc {
@@ -192,10 +193,15 @@ TEST_F(WorldProcessTest, StartUpErrorsAreTyped) {
   const std::string url = "tcp://127.0.0.1:" + std::to_string(server.listen("127.0.0.1", 0));
   // The same explicit rank twice, and a size that differs from the first rank's.
   std::vector<Rank> ranks(3);
-  ranks[0].process = spawn({"url=" + url, "size=2", "rank=0", "start_store=0", "scenario=join", "timeout_ms=3000"});
-  std::this_thread::sleep_for(300ms);
-  ranks[1].process = spawn({"url=" + url, "size=2", "rank=0", "start_store=0", "scenario=join", "timeout_ms=3000"});
-  ranks[2].process = spawn({"url=" + url, "size=3", "rank=1", "start_store=0", "scenario=join", "timeout_ms=3000"});
+  ranks[0].process =
+      spawn({"url=" + url, "size=2", "rank=0", "start_store=0", "scenario=join", "timeout_ms=3000", "job=dup"});
+  StoreOptions so;
+  so.job_id = "dup";
+  Store(url, so).wait({"world/0/owner"}, 20s);  // the first has claimed rank 0
+  ranks[1].process =
+      spawn({"url=" + url, "size=2", "rank=0", "start_store=0", "scenario=join", "timeout_ms=3000", "job=dup"});
+  ranks[2].process =
+      spawn({"url=" + url, "size=3", "rank=1", "start_store=0", "scenario=join", "timeout_ms=3000", "job=dup"});
   finish(ranks, 30s);
   EXPECT_EQ(ranks[1].lines.at(0).rfind("ERROR invalid config", 0), 0u) << dump(ranks[1]);
   EXPECT_NE(ranks[1].lines.at(0).find("joined already"), std::string::npos) << dump(ranks[1]);

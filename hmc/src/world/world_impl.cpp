@@ -190,22 +190,24 @@ asio::awaitable<void> WorldImpl::run(CollectiveCall& c, CollectiveResult& r) {
 
 // -- messages ------------------------------------------------------------------------------------
 
-void WorldImpl::send(const std::shared_ptr<Batch>& b, std::uint32_t to, WorldMessage m) {
+void WorldImpl::send(const std::shared_ptr<Batch>& b, std::uint32_t to, WorldMessage m, std::span<const std::byte> piece) {
   b->add();
-  session.async_ctrl_send(to, CtrlMessage::from_bytes(encode(m)), [b, to, self = rank](std::exception_ptr e) {
+  session.async_ctrl_send(to, CtrlMessage::from_bytes(encode(m, piece)), [b, to, self = rank](std::exception_ptr e) {
     b->done(e ? std::optional<Fault>(fault_of(e, to, self, "sending to " + rank_name(to))) : std::nullopt);
   });
 }
 
 void WorldImpl::expect(const std::shared_ptr<Batch>& b, std::uint32_t from, WorldKind kind, std::uint64_t seq,
-                       std::uint16_t step, time_point deadline, std::function<void(const WorldMessage&)> on_message) {
+                       std::uint16_t step, time_point deadline,
+                       std::function<void(const WorldMessage&, std::span<const std::byte>)> on_message) {
   b->add();
   session.async_ctrl_recv(
       from, left(deadline),
       [b, from, kind, seq, step, self = rank, on = std::move(on_message)](std::exception_ptr e, CtrlMessage m) {
         if (e) return b->done(fault_of(e, from, self, std::string("waiting for a ") + to_string(kind) + " from " + rank_name(from)));
         std::string why;
-        const auto msg = decode_world_message(m.bytes(), why);
+        std::span<const std::byte> piece;
+        const auto msg = decode_world_message(m.bytes(), why, &piece);
         if (!msg) return b->done(Fault{Status::PROTOCOL_ERROR, from, rank_name(from) + ": " + why});
         if (msg->kind == WorldKind::abort) {
           const auto culprit = static_cast<std::uint32_t>(msg->a);
@@ -222,7 +224,7 @@ void WorldImpl::expect(const std::shared_ptr<Batch>& b, std::uint32_t from, Worl
                                    std::to_string(step) + " (every rank must call the same collectives in order)"});
         if (on) {
           try {
-            on(*msg);
+            on(*msg, piece);
           } catch (const Fault& f) {
             return b->done(f);
           }
@@ -268,6 +270,16 @@ struct WorldImpl::Landing {
     if (!direct) session.buffer().read_to_cpu(to, n, staged);
   }
 };
+
+// A notice handler that keeps the message and its inline piece (if any) for rank p.
+std::function<void(const WorldMessage&, std::span<const std::byte>)> WorldImpl::keep(
+    std::shared_ptr<std::vector<WorldMessage>> got, std::shared_ptr<std::vector<std::vector<std::byte>>> pieces,
+    std::uint32_t p) {
+  return [got, pieces, p](const WorldMessage& m, std::span<const std::byte> piece) {
+    (*got)[p] = m;
+    (*pieces)[p].assign(piece.begin(), piece.end());
+  };
+}
 
 time_point WorldImpl::settle_by() const { return runtime::deadline_after(session.options().timeout); }
 
@@ -320,11 +332,14 @@ asio::awaitable<void> WorldImpl::all_gather(CollectiveCall& c, CollectiveResult&
     const std::uint64_t s = seq_++;
     const std::size_t base = region(s);
     const auto [off, len] = slice(mine, j, piece);
-    if (len != 0) session.buffer().write_from_cpu(c.in.data() + off, len, base);
+    const bool small = len <= kMaxInline;  // small pieces travel inside the notice
+    if (len != 0 && !small) session.buffer().write_from_cpu(c.in.data() + off, len, base);
     auto got = std::make_shared<std::vector<WorldMessage>>(n);
+    auto pieces = std::make_shared<std::vector<std::vector<std::byte>>>(n);
     auto b = batch();
-    for (auto p : peers) send(b, p, WorldMessage{WorldKind::notice, 0, 0, s, base, len, mine, 0});
-    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, [got, p](const WorldMessage& m) { (*got)[p] = m; });
+    const WorldMessage notice{WorldKind::notice, small ? kInline : std::uint8_t{0}, 0, s, base, len, mine, 0};
+    for (auto p : peers) send(b, p, notice, small ? c.in.subspan(off, len) : std::span<const std::byte>{});
+    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, keep(got, pieces, p));
     co_await b->wait();
     if (j == 0) {
       std::uint64_t largest = mine;
@@ -356,11 +371,16 @@ asio::awaitable<void> WorldImpl::all_gather(CollectiveCall& c, CollectiveResult&
       if ((*got)[p].b != expected)
         throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string((*got)[p].b) +
                                                    " bytes, expected " + std::to_string(expected)};
-      land.get(*this, g, p, dest[p] + o, base + slot(p), (*got)[p].a, expected);
+      if ((*got)[p].reason == kInline) {
+        std::memcpy(dest[p] + o, (*pieces)[p].data(), expected);
+      } else {
+        land.get(*this, g, p, dest[p] + o, base + slot(p), (*got)[p].a, expected);
+      }
     }
     co_await g->wait_settled(settle_by());
     for (auto p : peers)
-      if (const auto [o, l] = slice(totals[p], j, piece); l != 0) land.finish(session, dest[p] + o, base + slot(p), l);
+      if (const auto [o, l] = slice(totals[p], j, piece); l != 0 && (*got)[p].reason != kInline)
+        land.finish(session, dest[p] + o, base + slot(p), l);
   }
 }
 
@@ -399,12 +419,17 @@ asio::awaitable<void> WorldImpl::all_to_all(CollectiveCall& c, CollectiveResult&
     const std::size_t base = region(s);
     auto got = std::make_shared<std::vector<WorldMessage>>(n);
     auto b = batch();
+    auto pieces = std::make_shared<std::vector<std::vector<std::byte>>>(n);
     for (auto d : peers) {
       const auto [off, len] = slice(blocks[d].size(), j, piece);
-      if (len != 0) session.buffer().write_from_cpu(blocks[d].data() + off, len, base + out_slot(d));
-      send(b, d, WorldMessage{WorldKind::notice, 0, 0, s, base + out_slot(d), len, blocks[d].size(), my_largest});
+      const bool small = len <= kMaxInline;  // small pieces travel inside the notice
+      if (len != 0 && !small) session.buffer().write_from_cpu(blocks[d].data() + off, len, base + out_slot(d));
+      send(b, d,
+           WorldMessage{WorldKind::notice, small ? kInline : std::uint8_t{0}, 0, s, base + out_slot(d), len,
+                        blocks[d].size(), my_largest},
+           small ? blocks[d].subspan(off, len) : std::span<const std::byte>{});
     }
-    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, [got, p](const WorldMessage& m) { (*got)[p] = m; });
+    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, keep(got, pieces, p));
     co_await b->wait();
     if (j == 0) {
       std::uint64_t largest = my_largest;
@@ -436,11 +461,16 @@ asio::awaitable<void> WorldImpl::all_to_all(CollectiveCall& c, CollectiveResult&
       if ((*got)[p].b != expected)
         throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string((*got)[p].b) +
                                                    " bytes, expected " + std::to_string(expected)};
-      land.get(*this, g, p, dest[p] + o, base + in_slot(p), (*got)[p].a, expected);
+      if ((*got)[p].reason == kInline) {
+        std::memcpy(dest[p] + o, (*pieces)[p].data(), expected);
+      } else {
+        land.get(*this, g, p, dest[p] + o, base + in_slot(p), (*got)[p].a, expected);
+      }
     }
     co_await g->wait_settled(settle_by());
     for (auto p : peers)
-      if (const auto [o, l] = slice(totals[p], j, piece); l != 0) land.finish(session, dest[p] + o, base + in_slot(p), l);
+      if (const auto [o, l] = slice(totals[p], j, piece); l != 0 && (*got)[p].reason != kInline)
+        land.finish(session, dest[p] + o, base + in_slot(p), l);
   }
 }
 
@@ -470,7 +500,7 @@ asio::awaitable<void> WorldImpl::broadcast(CollectiveCall& c, CollectiveResult& 
     }
     auto got = std::make_shared<WorldMessage>();
     send(b, c.root, WorldMessage{WorldKind::ready, 0, 0, s, 0, 0, 0, 0});
-    expect(b, c.root, WorldKind::notice, s, 1, deadline, [got](const WorldMessage& m) { *got = m; });
+    expect(b, c.root, WorldKind::notice, s, 1, deadline, [got](const WorldMessage& m, std::span<const std::byte>) { *got = m; });
     co_await b->wait();
     if (j == 0) {
       total = got->c;
@@ -518,7 +548,7 @@ asio::awaitable<void> WorldImpl::gather(CollectiveCall& c, CollectiveResult& r, 
       auto release = std::make_shared<WorldMessage>();
       send(b, c.root, WorldMessage{WorldKind::notice, 0, 0, s, base, len, mine, 0});
       // The root is done reading this round (and everyone entered it) when it releases us.
-      expect(b, c.root, WorldKind::release, s, 1, deadline, [release](const WorldMessage& m) { *release = m; });
+      expect(b, c.root, WorldKind::release, s, 1, deadline, [release](const WorldMessage& m, std::span<const std::byte>) { *release = m; });
       co_await b->wait();
       if (j == 0) {
         if (release->c == 0 || release->c > kMaxContribution)
@@ -528,7 +558,7 @@ asio::awaitable<void> WorldImpl::gather(CollectiveCall& c, CollectiveResult& r, 
       continue;
     }
     auto got = std::make_shared<std::vector<WorldMessage>>(n);
-    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, [got, p](const WorldMessage& m) { (*got)[p] = m; });
+    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, [got, p](const WorldMessage& m, std::span<const std::byte>) { (*got)[p] = m; });
     co_await b->wait();
     if (j == 0) {
       std::uint64_t largest = mine;
@@ -598,7 +628,7 @@ asio::awaitable<void> WorldImpl::scatter(CollectiveCall& c, CollectiveResult& r,
     }
     auto got = std::make_shared<WorldMessage>();
     send(b, c.root, WorldMessage{WorldKind::ready, 0, 0, s, 0, 0, 0, 0});
-    expect(b, c.root, WorldKind::notice, s, 1, deadline, [got](const WorldMessage& m) { *got = m; });
+    expect(b, c.root, WorldKind::notice, s, 1, deadline, [got](const WorldMessage& m, std::span<const std::byte>) { *got = m; });
     co_await b->wait();
     if (j == 0) {
       total = got->c;
@@ -650,7 +680,7 @@ asio::awaitable<void> WorldImpl::all_reduce(CollectiveCall& c, time_point deadli
     auto b = batch();
     for (auto p : peers) send(b, p, WorldMessage{WorldKind::notice, 0, 0, s, base, c.in.size(), c.in.size(), kind});
     for (auto p : peers)
-      expect(b, p, WorldKind::notice, s, 0, deadline, [got, p, check](const WorldMessage& m) {
+      expect(b, p, WorldKind::notice, s, 0, deadline, [got, p, check](const WorldMessage& m, std::span<const std::byte>) {
         check(p, m);
         (*got)[p] = m;
       });
@@ -687,7 +717,7 @@ asio::awaitable<void> WorldImpl::all_reduce(CollectiveCall& c, time_point deadli
     auto b = batch();
     for (auto p : peers) send(b, p, WorldMessage{WorldKind::notice, 0, 0, s, base, slice_bytes, c.in.size(), kind});
     for (auto p : peers)
-      expect(b, p, WorldKind::notice, s, 0, deadline, [got, p, check](const WorldMessage& m) {
+      expect(b, p, WorldKind::notice, s, 0, deadline, [got, p, check](const WorldMessage& m, std::span<const std::byte>) {
         check(p, m);
         (*got)[p] = m;
       });
@@ -707,7 +737,7 @@ asio::awaitable<void> WorldImpl::all_reduce(CollectiveCall& c, time_point deadli
     auto got2 = std::make_shared<std::vector<WorldMessage>>(n);
     auto b2 = batch();
     for (auto p : peers) send(b2, p, WorldMessage{WorldKind::notice, 0, 1, s, reduced, mine_len, c.in.size(), kind});
-    for (auto p : peers) expect(b2, p, WorldKind::notice, s, 1, deadline, [got2, p](const WorldMessage& m) { (*got2)[p] = m; });
+    for (auto p : peers) expect(b2, p, WorldKind::notice, s, 1, deadline, [got2, p](const WorldMessage& m, std::span<const std::byte>) { (*got2)[p] = m; });
     co_await b2->wait();
     auto g2 = batch();
     for (auto p : peers) {

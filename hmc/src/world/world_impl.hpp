@@ -74,15 +74,19 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   asio::awaitable<void> all_reduce(CollectiveCall& c, time_point deadline);
 
   // One message to `to`; its failure (if any) lands in the batch.
-  void send(const std::shared_ptr<Batch>& b, std::uint32_t to, WorldMessage m);
+  void send(const std::shared_ptr<Batch>& b, std::uint32_t to, WorldMessage m, std::span<const std::byte> piece = {});
   // The next message from `from`, which must be (kind, seq, step) or an abort; on_message runs on the loop.
   void expect(const std::shared_ptr<Batch>& b, std::uint32_t from, WorldKind kind, std::uint64_t seq,
-              std::uint16_t step, time_point deadline, std::function<void(const WorldMessage&)> on_message);
+              std::uint16_t step, time_point deadline,
+              std::function<void(const WorldMessage&, std::span<const std::byte> piece)> on_message);
   // Gets `size` bytes from `from`'s buffer at remote into this session buffer at local.
   void get(const std::shared_ptr<Batch>& b, std::uint32_t from, std::size_t local, std::size_t remote,
            std::size_t size);
   std::shared_ptr<Batch> batch();
   struct Landing;
+  static std::function<void(const WorldMessage&, std::span<const std::byte>)> keep(
+      std::shared_ptr<std::vector<WorldMessage>> got, std::shared_ptr<std::vector<std::vector<std::byte>>> pieces,
+      std::uint32_t p);
   // How long a failed step waits for what it still has in flight (see Batch::wait_settled).
   time_point settle_by() const;
 

@@ -1,5 +1,7 @@
 #include "world/world_message.hpp"
 
+#include <cstring>
+
 #include "detail/byte_order.hpp"
 
 namespace hmc::detail {
@@ -8,8 +10,9 @@ namespace {
 constexpr std::uint32_t kMagic = 0x57434D48;  // bytes 'H' 'M' 'C' 'W'
 }
 
-std::vector<std::byte> encode(const WorldMessage& m) {
-  std::vector<std::byte> out(kWorldMessageSize);
+std::vector<std::byte> encode(const WorldMessage& m, std::span<const std::byte> payload) {
+  std::vector<std::byte> out(kWorldMessageSize + payload.size());
+  if (!payload.empty()) std::memcpy(out.data() + kWorldMessageSize, payload.data(), payload.size());
   store_le32(out.data(), kMagic);
   out[4] = static_cast<std::byte>(m.kind);
   out[5] = static_cast<std::byte>(m.reason);
@@ -22,8 +25,9 @@ std::vector<std::byte> encode(const WorldMessage& m) {
   return out;
 }
 
-std::optional<WorldMessage> decode_world_message(std::span<const std::byte> bytes, std::string& why) {
-  if (bytes.size() != kWorldMessageSize) {
+std::optional<WorldMessage> decode_world_message(std::span<const std::byte> bytes, std::string& why,
+                                                 std::span<const std::byte>* payload) {
+  if (bytes.size() < kWorldMessageSize || bytes.size() > kWorldMessageSize + kMaxInline) {
     why = "a control message of " + std::to_string(bytes.size()) + " bytes is not a collective's";
     return std::nullopt;
   }
@@ -49,6 +53,18 @@ std::optional<WorldMessage> decode_world_message(std::span<const std::byte> byte
   m.b = load_le64(bytes.data() + 24);
   m.c = load_le64(bytes.data() + 32);
   m.d = load_le64(bytes.data() + 40);
+  const auto rest = bytes.subspan(kWorldMessageSize);
+  const bool inline_piece = m.kind == WorldKind::notice && m.reason == kInline;
+  if (m.kind == WorldKind::notice && m.reason > kInline) {
+    why = "notice with unknown flags " + std::to_string(m.reason);
+    return std::nullopt;
+  }
+  if (inline_piece ? rest.size() != m.b : !rest.empty()) {
+    why = "a collective message with " + std::to_string(rest.size()) + " bytes after it, announcing " +
+          std::to_string(inline_piece ? m.b : 0);
+    return std::nullopt;
+  }
+  if (payload != nullptr) *payload = rest;
   return m;
 }
 
