@@ -106,6 +106,26 @@ def test_torchrun_style_environment():
         assert rc == 0 and lines[0] == f"RANK {r}", "\n".join(lines)
 
 
+def test_under_torchruns_agent_store_env_uses_torchs_store():
+    """What torchrun's workers see: MASTER_PORT is the agent's TCPStore (torchrun itself crashes on
+    Debian's Python 3.11 before it starts a worker, so the test plays the agent)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    port = free_port()
+    agent = dist.TCPStore("127.0.0.1", port, 1, True, timeout=datetime.timedelta(seconds=30))
+    procs = []
+    for r in range(3):
+        procs.append(spawn(["env://", 0, "auto", "blocking", "shm", "join"], env_for({
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "3", "RANK": str(r),
+            "LOCAL_RANK": str(r), "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "agent-run"})))
+    results = finish(procs, 90)
+    for r, (lines, rc) in enumerate(results):
+        assert rc == 0 and lines[0] == f"RANK {r}" and lines[-1] == "DONE", "\n".join(lines)
+    assert agent.get("agent-run/world/size") == b"3"  # the world's keys went to torch's store
+
+
 def test_a_torch_tcpstore_bootstraps_the_world():
     port = free_port()
     procs = [spawn([f"torch:127.0.0.1:{port}" + (":master" if r == 0 else ""), 3, r, "blocking", "shm", "join"])
