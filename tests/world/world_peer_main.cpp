@@ -223,6 +223,9 @@ int main(int argc, char** argv) {
     const std::string scenario = arg("scenario", "collectives");
     if (scenario == "collectives") {
       collectives(w);
+    } else if (scenario == "mismatch") {  // rank 1 contributes one byte more than the others
+      std::vector<std::byte> in(10 + (w.rank() == 1 ? 1 : 0)), out(in.size() * w.size());
+      w.all_gather(in, out);
     } else if (scenario == "barriers") {
       for (;;) w.barrier();
     } else {

@@ -188,6 +188,24 @@ TEST_F(WorldProcessTest, ARankKilledDuringBarriersFailsEveryOtherWithPeerLostNam
   }
 }
 
+TEST_F(WorldProcessTest, MismatchedSizesFailEveryRankNamingTheOddOne) {
+  StoreServer server(StoreServerOptions{});
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(server.listen("127.0.0.1", 0));
+  std::vector<Rank> ranks(4);
+  for (std::uint32_t r = 0; r < ranks.size(); ++r)
+    ranks[r].process = spawn({"url=" + url, "size=4", "rank=" + std::to_string(r), "scenario=mismatch", "start_store=0"});
+  finish(ranks, 60s);
+  // Mostly "invalid argument"; a rank still connecting when rank 1 already gave up may instead see
+  // rank 1 gone. Either way every rank fails promptly and names rank 1.
+  for (auto& r : ranks) {
+    ASSERT_FALSE(r.lines.empty()) << dump(r);
+    const std::string& last = r.lines.back();
+    EXPECT_TRUE(last.rfind("ERROR invalid argument", 0) == 0 || last.rfind("ERROR peer lost", 0) == 0) << dump(r);
+    EXPECT_NE(last.find("rank 1"), std::string::npos) << dump(r);
+    EXPECT_EQ(r.status, 3) << dump(r);
+  }
+}
+
 TEST_F(WorldProcessTest, StartUpErrorsAreTyped) {
   StoreServer server(StoreServerOptions{});
   const std::string url = "tcp://127.0.0.1:" + std::to_string(server.listen("127.0.0.1", 0));

@@ -32,14 +32,20 @@ class Batch {
       runtime::error_code ignored;
       co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
     }
-    while (fault_ && pending_ > 0 && std::chrono::steady_clock::now() < settle_by) {
-      wake_.expires_at(settle_by);
-      settling_ = true;
+    if (fault_) {
+      co_await drain(settle_by);
+      throw *fault_;
+    }
+  }
+  // Waits until nothing is in flight (or `until`), fault or not.
+  asio::awaitable<void> drain(time_point until) {
+    settling_ = true;
+    while (pending_ > 0 && std::chrono::steady_clock::now() < until) {
+      wake_.expires_at(until);
       runtime::error_code ignored;
       co_await wake_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
-      settling_ = false;
     }
-    if (fault_) throw *fault_;
+    settling_ = false;
   }
 
  private:

@@ -155,7 +155,12 @@ asio::awaitable<void> TcpStoreClient::read_loop() {
   if (broken_.empty()) {
     broken_ = why;
     stream->close();
-    runtime::log().warn("store {}: connection lost: {}", url_, why);
+    // Only a loss that fails requests is worth a warning; an idle client outliving the store is normal.
+    if (pending_.empty()) {
+      runtime::log().info("store {}: connection ended: {}", url_, why);
+    } else {
+      runtime::log().warn("store {}: connection lost with {} requests pending: {}", url_, pending_.size(), why);
+    }
     fail_all(Status::NOT_CONNECTED, "connection lost (" + why + ")");
   }
 }

@@ -1,6 +1,8 @@
 #include "world/world_impl.hpp"
 
 #include <algorithm>
+#include <boost/asio/as_tuple.hpp>
+#include <cstdio>
 #include <cstring>
 
 #include "hmc/error.hpp"
@@ -90,9 +92,66 @@ asio::awaitable<void> WorldImpl::ensure(const std::vector<std::uint32_t>& wanted
   std::vector<std::uint32_t> peers = wanted;
   std::erase_if(peers, [&](std::uint32_t p) { return connected.count(p) != 0; });
   if (peers.empty()) co_return;
-  auto fault = co_await connector->connect(peers, deadline, false);
+  // The connects run on the connector thread; an abort announced through the store ends the wait
+  // early (a rank waiting to be dialed has no connection an abort message could come on).
+  auto wait = std::make_shared<ConnectWait>(ex);
+  connector->post([connector = connector, peers, deadline, wait, ex = ex] {
+    std::optional<Fault> f;
+    try {
+      connector->connect_now(peers, deadline, false);
+    } catch (const Fault& e) {
+      f = e;
+    }
+    asio::post(ex, [wait, f] {
+      wait->outcome = f;
+      wait->finished = true;
+      wait->wake.cancel();
+    });
+  });
+  waits_.insert(wait);
+  while (!wait->finished && !aborted_) {
+    wait->wake.expires_at(time_point::max());
+    runtime::error_code ignored;
+    co_await wait->wake.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+  waits_.erase(wait);
   for (auto p : session.peers()) connected.insert(p);
-  if (fault) throw *fault;
+  if (!wait->finished) throw *aborted_;
+  if (wait->outcome) throw *wait->outcome;
+}
+
+void WorldImpl::start() {
+  connector->start();
+  if (store != nullptr) asio::co_spawn(ex, watch_aborts(), asio::detached);
+}
+
+// The first rank to fail publishes it in the store too; every rank parks a get on that key.
+asio::awaitable<void> WorldImpl::watch_aborts() {
+  auto self = shared_from_this();
+  for (;;) {
+    std::string key = "world/abort";
+    auto [e, text] = co_await store->async_get(std::move(key), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
+    if (shut_) co_return;
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const TimeoutError&) {
+        continue;
+      } catch (const std::exception&) {
+        co_return;  // the store is gone: aborts still travel between connected peers
+      }
+    }
+    unsigned status = 0;
+    unsigned long culprit = 0;
+    char what[512] = {0};
+    if (std::sscanf(text.c_str(), "%u %lu %511[^\n]", &status, &culprit, what) < 2 ||
+        status > static_cast<unsigned>(Status::AUTH_FAILED))
+      co_return;
+    aborted_ = Fault{static_cast<Status>(status), static_cast<std::uint32_t>(culprit),
+                     std::string(what) + " (announced through the store)"};
+    for (const auto& w : waits_) w->wake.cancel();
+    co_return;
+  }
 }
 
 // -- collective queue ----------------------------------------------------------------------------
@@ -140,19 +199,31 @@ asio::awaitable<void> WorldImpl::run_queue() {
   running_ = false;
 }
 
-void WorldImpl::poison(const Fault& f, const char* collective, std::uint64_t seq) {
+asio::awaitable<void> WorldImpl::poison(const Fault& f, const char* collective, std::uint64_t seq) {
   const std::string text = rank_name(rank) + ", " + collective + " (round " + std::to_string(seq) + "): " + f.what;
   poisoned_ = make_error(make_error_code(f.status), text);
   runtime::log().warn("world: {}", text);
   // Every peer this rank talks to learns it too, and passes it on: nobody waits for its timeout.
+  // The error returns once the aborts are on their way (the caller may exit right after).
   WorldMessage m;
   m.kind = WorldKind::abort;
   m.reason = static_cast<std::uint8_t>(f.status);
   m.seq = seq;
   m.a = f.culprit;
+  auto b = batch();
   for (std::uint32_t p : connected)
-    if (p != f.culprit || f.status != Status::PEER_LOST)
-      session.async_ctrl_send(p, CtrlMessage::from_bytes(encode(m)), [](std::exception_ptr) {});
+    if (p != f.culprit || f.status != Status::PEER_LOST) send(b, p, m);
+  if (store != nullptr) {
+    // Ranks not connected to this one (waiting to be dialed, say) learn it from the store.
+    const std::string what = f.status == Status::PEER_LOST ? rank_name(f.culprit) + " was lost"
+                                                          : std::string(hmc::to_string(f.status)) + " at " + rank_name(f.culprit);
+    b->add();
+    store->async_compare_set("world/abort", "",
+                             std::to_string(static_cast<unsigned>(f.status)) + " " + std::to_string(f.culprit) + " " + what +
+                                 " (reported by " + rank_name(rank) + ")",
+                             [b](std::exception_ptr, std::string) { b->done(std::nullopt); });
+  }
+  co_await b->drain(runtime::deadline_after(std::chrono::seconds(1)));
 }
 
 asio::awaitable<void> WorldImpl::run(CollectiveCall& c, CollectiveResult& r) {
@@ -161,6 +232,7 @@ asio::awaitable<void> WorldImpl::run(CollectiveCall& c, CollectiveResult& r) {
   const std::uint64_t first = seq_;
   std::optional<Fault> fault;
   try {
+    if (aborted_) throw *aborted_;
     if ((c.kind == Kind::broadcast || c.kind == Kind::gather || c.kind == Kind::scatter) && c.root >= size)
       throw Fault{Status::INVALID_ARGUMENT, rank, "root " + std::to_string(c.root) + " is not a rank of a world of " +
                                                       std::to_string(size)};
@@ -168,11 +240,11 @@ asio::awaitable<void> WorldImpl::run(CollectiveCall& c, CollectiveResult& r) {
       case Kind::barrier: co_await barrier(deadline); break;
       case Kind::broadcast: co_await broadcast(c, r, deadline); break;
       case Kind::all_gather:
-      case Kind::all_gather_v: co_await all_gather(c, r, deadline); break;
+      case Kind::all_gather_v:
+      case Kind::all_to_all:
+      case Kind::all_to_all_v: co_await exchange(c, r, deadline); break;
       case Kind::gather: co_await gather(c, r, deadline); break;
       case Kind::scatter: co_await scatter(c, r, deadline); break;
-      case Kind::all_to_all:
-      case Kind::all_to_all_v: co_await all_to_all(c, r, deadline); break;
       case Kind::all_reduce: co_await all_reduce(c, deadline); break;
     }
   } catch (const Fault& f) {
@@ -183,17 +255,21 @@ asio::awaitable<void> WorldImpl::run(CollectiveCall& c, CollectiveResult& r) {
     fault = Fault{Status::ERROR, rank, "out of memory for the result"};
   }
   if (fault) {
-    poison(*fault, to_string(c.kind), first);
+    if (aborted_ && fault->status != aborted_->status) fault = aborted_;  // the cause, not a consequence
+    co_await poison(*fault, to_string(c.kind), first);
     std::rethrow_exception(poisoned_);
   }
 }
 
 // -- messages ------------------------------------------------------------------------------------
 
+// A failed send does not fail the step: a peer that is gone is reported by the receives from it,
+// which first deliver whatever it sent before it went (an abort naming the real culprit).
 void WorldImpl::send(const std::shared_ptr<Batch>& b, std::uint32_t to, WorldMessage m, std::span<const std::byte> piece) {
   b->add();
   session.async_ctrl_send(to, CtrlMessage::from_bytes(encode(m, piece)), [b, to, self = rank](std::exception_ptr e) {
-    b->done(e ? std::optional<Fault>(fault_of(e, to, self, "sending to " + rank_name(to))) : std::nullopt);
+    if (e) runtime::log().debug("world rank {}: a message to rank {} was not sent", self, to);
+    b->done(std::nullopt);
   });
 }
 
@@ -310,91 +386,28 @@ asio::awaitable<void> WorldImpl::barrier(time_point deadline) {
   }
 }
 
-asio::awaitable<void> WorldImpl::all_gather(CollectiveCall& c, CollectiveResult& r, time_point deadline) {
-  const bool equal = c.kind == Kind::all_gather;
+// all_gather (every peer reads the same contribution) and all_to_all (a block per peer), with
+// equal sizes (into c.out) or any sizes (into r.blocks). Once a round's destinations are known
+// (always with equal sizes; from round 1 otherwise) each get starts as its notice arrives.
+asio::awaitable<void> WorldImpl::exchange(CollectiveCall& c, CollectiveResult& r, time_point deadline) {
+  const bool gathers = c.kind == Kind::all_gather || c.kind == Kind::all_gather_v;
+  const bool equal = c.kind == Kind::all_gather || c.kind == Kind::all_to_all;
   const std::size_t n = size;
-  const std::size_t mine = c.in.size();
-  if (equal && c.out.size() != mine * n)
-    throw Fault{Status::INVALID_ARGUMENT, rank, "out has " + std::to_string(c.out.size()) + " bytes, expected size() * in.size() = " +
-                                                    std::to_string(mine * n)};
-  const auto peers = others();
-  co_await ensure(peers, deadline);
-  // Round layout in this rank's half: its own piece, then one staging slot per peer.
-  const std::size_t piece = align_down(half() / n);
-  if (piece == 0) throw Fault{Status::INVALID_CONFIG, rank, "the session buffer is too small for this world"};
-  auto slot = [&](std::uint32_t p) { return piece * (1 + (p < rank ? p : p - 1)); };
-  std::vector<std::uint64_t> totals(n, 0);
-  std::vector<std::byte*> dest(n, nullptr);
-  totals[rank] = mine;
-  Landing land;
-  std::size_t rounds = 1;
-  for (std::size_t j = 0; j < rounds; ++j) {
-    const std::uint64_t s = seq_++;
-    const std::size_t base = region(s);
-    const auto [off, len] = slice(mine, j, piece);
-    const bool small = len <= kMaxInline;  // small pieces travel inside the notice
-    if (len != 0 && !small) session.buffer().write_from_cpu(c.in.data() + off, len, base);
-    auto got = std::make_shared<std::vector<WorldMessage>>(n);
-    auto pieces = std::make_shared<std::vector<std::vector<std::byte>>>(n);
-    auto b = batch();
-    const WorldMessage notice{WorldKind::notice, small ? kInline : std::uint8_t{0}, 0, s, base, len, mine, 0};
-    for (auto p : peers) send(b, p, notice, small ? c.in.subspan(off, len) : std::span<const std::byte>{});
-    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, keep(got, pieces, p));
-    co_await b->wait();
-    if (j == 0) {
-      std::uint64_t largest = mine;
-      for (auto p : peers) {
-        totals[p] = (*got)[p].c;
-        if (totals[p] > kMaxContribution)
-          throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " claims " + std::to_string(totals[p]) + " bytes"};
-        if (equal && totals[p] != mine)
-          throw Fault{Status::INVALID_ARGUMENT, p, rank_name(p) + " contributed " + std::to_string(totals[p]) +
-                                                       " bytes, this rank " + std::to_string(mine) + " (all_gather needs equal sizes)"};
-        largest = std::max(largest, totals[p]);
-      }
-      rounds = rounds_for(largest, piece);
-      if (equal) {
-        for (std::size_t p = 0; p < n; ++p) dest[p] = c.out.data() + p * mine;
-      } else {
-        auto& blk = r.blocks;
-        blk.offsets.assign(n + 1, 0);
-        for (std::size_t p = 0; p < n; ++p) blk.offsets[p + 1] = blk.offsets[p] + static_cast<std::size_t>(totals[p]);
-        blk.data.resize(blk.offsets[n]);
-        for (std::size_t p = 0; p < n; ++p) dest[p] = blk.data.data() + blk.offsets[p];
-      }
-      if (mine != 0) std::memmove(dest[rank], c.in.data(), mine);
-      land.prepare(session, equal ? c.out : std::span<std::byte>(r.blocks.data));
-    }
-    auto g = batch();
-    for (auto p : peers) {
-      const auto [o, expected] = slice(totals[p], j, piece);
-      if ((*got)[p].b != expected)
-        throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string((*got)[p].b) +
-                                                   " bytes, expected " + std::to_string(expected)};
-      if ((*got)[p].reason == kInline) {
-        std::memcpy(dest[p] + o, (*pieces)[p].data(), expected);
-      } else {
-        land.get(*this, g, p, dest[p] + o, base + slot(p), (*got)[p].a, expected);
-      }
-    }
-    co_await g->wait_settled(settle_by());
-    for (auto p : peers)
-      if (const auto [o, l] = slice(totals[p], j, piece); l != 0 && (*got)[p].reason != kInline)
-        land.finish(session, dest[p] + o, base + slot(p), l);
-  }
-}
-
-asio::awaitable<void> WorldImpl::all_to_all(CollectiveCall& c, CollectiveResult& r, time_point deadline) {
-  const bool equal = c.kind == Kind::all_to_all;
-  const std::size_t n = size;
-  std::vector<std::span<const std::byte>> blocks;
-  std::size_t block = 0;
-  if (equal) {
+  const char* name = gathers ? "all_gather" : "all_to_all";
+  std::vector<std::span<const std::byte>> blocks;  // what rank d reads from this rank
+  std::size_t each = 0;                            // equal sizes: every contribution's size
+  if (gathers) {
+    blocks.assign(n, c.in);
+    each = c.in.size();
+    if (equal && c.out.size() != each * n)
+      throw Fault{Status::INVALID_ARGUMENT, rank, "out has " + std::to_string(c.out.size()) +
+                                                      " bytes, expected size() * in.size() = " + std::to_string(each * n)};
+  } else if (equal) {
     if (c.in.size() % n != 0 || c.out.size() != c.in.size())
       throw Fault{Status::INVALID_ARGUMENT, rank, "in and out must both hold size() equal blocks (in " +
                                                       std::to_string(c.in.size()) + ", out " + std::to_string(c.out.size()) + " bytes)"};
-    block = c.in.size() / n;
-    for (std::size_t d = 0; d < n; ++d) blocks.push_back(c.in.subspan(d * block, block));
+    each = c.in.size() / n;
+    for (std::size_t d = 0; d < n; ++d) blocks.push_back(c.in.subspan(d * each, each));
   } else {
     if (c.blocks.size() != n)
       throw Fault{Status::INVALID_ARGUMENT, rank, std::to_string(c.blocks.size()) + " blocks for a world of " + std::to_string(n)};
@@ -402,75 +415,118 @@ asio::awaitable<void> WorldImpl::all_to_all(CollectiveCall& c, CollectiveResult&
   }
   const auto peers = others();
   co_await ensure(peers, deadline);
-  std::vector<std::uint64_t> totals(n, 0);  // bytes from each source
-  std::vector<std::byte*> dest(n, nullptr);
-  totals[rank] = blocks[rank].size();
-  Landing land;
+  auto idx = [this](std::uint32_t p) -> std::size_t { return p < rank ? p : p - 1; };
+  // Round layout in this rank's half: what it publishes (one piece, or one per peer), then one
+  // staging slot per peer.
+  const std::size_t piece = gathers ? align_down(half() / n) : n > 1 ? align_down(half() / (2 * (n - 1))) : kAlign;
+  if (piece == 0) throw Fault{Status::INVALID_CONFIG, rank, "the session buffer is too small for this world"};
+  const std::size_t staging = gathers ? piece : piece * (n - 1);
+  auto out_slot = [&](std::uint32_t d) { return gathers ? std::size_t{0} : piece * idx(d); };
   std::uint64_t my_largest = 0;
   for (auto d : peers) my_largest = std::max<std::uint64_t>(my_largest, blocks[d].size());
-  // Round layout: one outgoing piece per peer, then one staging slot per peer.
-  const std::size_t piece = n > 1 ? align_down(half() / (2 * (n - 1))) : kAlign;
-  if (piece == 0) throw Fault{Status::INVALID_CONFIG, rank, "the session buffer is too small for this world"};
-  auto out_slot = [&](std::uint32_t p) { return piece * (p < rank ? p : p - 1); };
-  auto in_slot = [&](std::uint32_t p) { return piece * (n - 1) + out_slot(p); };
-  std::size_t rounds = 1;
+
+  struct Dest {
+    std::vector<std::uint64_t> totals;
+    std::vector<std::byte*> at;
+    Landing land;
+  };
+  auto dst = std::make_shared<Dest>();
+  dst->totals.assign(n, each);
+  dst->totals[rank] = blocks[rank].size();
+  auto place = [&](std::span<std::byte> all) {
+    for (std::size_t p = 0, off = 0; p < n; off += static_cast<std::size_t>(dst->totals[p]), ++p)
+      dst->at.push_back(all.data() + off);
+    if (!blocks[rank].empty()) std::memmove(dst->at[rank], blocks[rank].data(), blocks[rank].size());
+    dst->land.prepare(session, all);
+  };
+  if (equal) place(c.out);
+  std::size_t rounds = equal ? rounds_for(gathers ? each : (n > 1 ? each : 0), piece) : 1;
+
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint64_t s = seq_++;
     const std::size_t base = region(s);
-    auto got = std::make_shared<std::vector<WorldMessage>>(n);
     auto b = batch();
-    auto pieces = std::make_shared<std::vector<std::vector<std::byte>>>(n);
     for (auto d : peers) {
       const auto [off, len] = slice(blocks[d].size(), j, piece);
       const bool small = len <= kMaxInline;  // small pieces travel inside the notice
-      if (len != 0 && !small) session.buffer().write_from_cpu(blocks[d].data() + off, len, base + out_slot(d));
+      if (len != 0 && !small && (!gathers || d == peers.front()))
+        session.buffer().write_from_cpu(blocks[d].data() + off, len, base + out_slot(d));
       send(b, d,
            WorldMessage{WorldKind::notice, small ? kInline : std::uint8_t{0}, 0, s, base + out_slot(d), len,
-                        blocks[d].size(), my_largest},
+                        blocks[d].size(), gathers ? blocks[d].size() : my_largest},
            small ? blocks[d].subspan(off, len) : std::span<const std::byte>{});
     }
-    for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, keep(got, pieces, p));
-    co_await b->wait();
-    if (j == 0) {
-      std::uint64_t largest = my_largest;
+    auto got = std::make_shared<std::vector<WorldMessage>>(n);
+    auto g = batch();
+    auto slot_of = [base, staging, piece, idx](std::uint32_t p) { return base + staging + piece * idx(p); };
+    if (!dst->at.empty()) {
+      // Destinations known: validate each notice and start its get at once.
+      for (auto p : peers)
+        expect(b, p, WorldKind::notice, s, 0, deadline,
+               [self = shared_from_this(), dst, got, g, p, j, piece, slot = slot_of(p), equal, name](
+                   const WorldMessage& m, std::span<const std::byte> inline_piece) {
+                 const auto [o, expected] = slice(dst->totals[p], j, piece);
+                 if (equal && m.c != dst->totals[p])
+                   throw Fault{Status::INVALID_ARGUMENT, p, rank_name(p) + " contributed " + std::to_string(m.c) +
+                                                                " bytes, this rank expects " + std::to_string(dst->totals[p]) +
+                                                                " (" + name + " needs equal sizes)"};
+                 if (m.b != expected)
+                   throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string(m.b) +
+                                                              " bytes, expected " + std::to_string(expected)};
+                 (*got)[p] = m;
+                 if (m.reason == kInline) {
+                   if (expected != 0) std::memcpy(dst->at[p] + o, inline_piece.data(), expected);
+                 } else {
+                   dst->land.get(*self, g, p, dst->at[p] + o, slot, m.a, expected);
+                 }
+               });
+      // A failed notice may leave gets of this round in flight: they finish before the error returns.
+      std::optional<Fault> failed;
+      try {
+        co_await b->wait();
+      } catch (const Fault& f) {
+        failed = f;
+      }
+      if (failed) {
+        co_await g->drain(settle_by());
+        throw *failed;
+      }
+    } else {
+      // Round 0 of the _v forms: sizes first, then the destinations, then the gets.
+      auto pieces = std::make_shared<std::vector<std::vector<std::byte>>>(n);
+      for (auto p : peers) expect(b, p, WorldKind::notice, s, 0, deadline, keep(got, pieces, p));
+      co_await b->wait();
+      std::uint64_t largest = gathers ? blocks[rank].size() : my_largest;
       for (auto p : peers) {
-        totals[p] = (*got)[p].c;
-        if (totals[p] > kMaxContribution || (*got)[p].d > kMaxContribution || (*got)[p].d < totals[p])
+        const auto& m = (*got)[p];
+        if (m.c > kMaxContribution || m.d > kMaxContribution || m.d < m.c)
           throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced inconsistent sizes"};
-        if (equal && totals[p] != block)
-          throw Fault{Status::INVALID_ARGUMENT, p, rank_name(p) + " sent a block of " + std::to_string(totals[p]) +
-                                                       " bytes, this rank expects " + std::to_string(block) + " (all_to_all needs equal blocks)"};
-        largest = std::max(largest, (*got)[p].d);
+        dst->totals[p] = m.c;
+        largest = std::max(largest, m.d);
       }
       rounds = rounds_for(largest, piece);
-      if (equal) {
-        for (std::size_t p = 0; p < n; ++p) dest[p] = c.out.data() + p * block;
-      } else {
-        auto& blk = r.blocks;
-        blk.offsets.assign(n + 1, 0);
-        for (std::size_t p = 0; p < n; ++p) blk.offsets[p + 1] = blk.offsets[p] + static_cast<std::size_t>(totals[p]);
-        blk.data.resize(blk.offsets[n]);
-        for (std::size_t p = 0; p < n; ++p) dest[p] = blk.data.data() + blk.offsets[p];
-      }
-      if (!blocks[rank].empty()) std::memmove(dest[rank], blocks[rank].data(), blocks[rank].size());
-      land.prepare(session, equal ? c.out : std::span<std::byte>(r.blocks.data));
-    }
-    auto g = batch();
-    for (auto p : peers) {
-      const auto [o, expected] = slice(totals[p], j, piece);
-      if ((*got)[p].b != expected)
-        throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string((*got)[p].b) +
-                                                   " bytes, expected " + std::to_string(expected)};
-      if ((*got)[p].reason == kInline) {
-        std::memcpy(dest[p] + o, (*pieces)[p].data(), expected);
-      } else {
-        land.get(*this, g, p, dest[p] + o, base + in_slot(p), (*got)[p].a, expected);
+      auto& blk = r.blocks;
+      blk.offsets.assign(n + 1, 0);
+      for (std::size_t p = 0; p < n; ++p) blk.offsets[p + 1] = blk.offsets[p] + static_cast<std::size_t>(dst->totals[p]);
+      blk.data.resize(blk.offsets[n]);
+      place(blk.data);
+      for (auto p : peers) {
+        const auto [o, expected] = slice(dst->totals[p], j, piece);
+        const auto& m = (*got)[p];
+        if (m.b != expected)
+          throw Fault{Status::PROTOCOL_ERROR, p, rank_name(p) + " announced a piece of " + std::to_string(m.b) +
+                                                     " bytes, expected " + std::to_string(expected)};
+        if (m.reason == kInline) {
+          if (expected != 0) std::memcpy(dst->at[p] + o, (*pieces)[p].data(), expected);
+        } else {
+          dst->land.get(*this, g, p, dst->at[p] + o, slot_of(p), m.a, expected);
+        }
       }
     }
     co_await g->wait_settled(settle_by());
     for (auto p : peers)
-      if (const auto [o, l] = slice(totals[p], j, piece); l != 0 && (*got)[p].reason != kInline)
-        land.finish(session, dest[p] + o, base + in_slot(p), l);
+      if (const auto [o, l] = slice(dst->totals[p], j, piece); l != 0 && (*got)[p].reason != kInline)
+        dst->land.finish(session, dst->at[p] + o, slot_of(p), l);
   }
 }
 

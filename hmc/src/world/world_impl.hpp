@@ -34,8 +34,8 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   ~WorldImpl();
 
   // -- connections -----------------------------------------------------------------------------
-  // Starts the connector (and its doorbell watcher when there is a store).
-  void start() { connector->start(); }
+  // Starts the connector (and, with a store, the doorbell and abort watchers).
+  void start();
   asio::awaitable<void> ensure(const std::vector<std::uint32_t>& wanted, time_point deadline);
 
   // -- collectives -----------------------------------------------------------------------------
@@ -62,18 +62,25 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
     asio::any_completion_handler<void(std::exception_ptr, CollectiveResult)> done;
   };
 
+  struct ConnectWait {
+    explicit ConnectWait(runtime::loop_executor e) : wake(e) {}
+    asio::steady_timer wake;
+    bool finished = false;
+    std::optional<Fault> outcome;
+  };
+
   asio::awaitable<void> run_queue();
+  asio::awaitable<void> watch_aborts();
   asio::awaitable<void> run(CollectiveCall& call, CollectiveResult& result);
 
   asio::awaitable<void> barrier(time_point deadline);
   asio::awaitable<void> broadcast(CollectiveCall& c, CollectiveResult& r, time_point deadline);
-  asio::awaitable<void> all_gather(CollectiveCall& c, CollectiveResult& r, time_point deadline);
+  asio::awaitable<void> exchange(CollectiveCall& c, CollectiveResult& r, time_point deadline);
   asio::awaitable<void> gather(CollectiveCall& c, CollectiveResult& r, time_point deadline);
   asio::awaitable<void> scatter(CollectiveCall& c, CollectiveResult& r, time_point deadline);
-  asio::awaitable<void> all_to_all(CollectiveCall& c, CollectiveResult& r, time_point deadline);
   asio::awaitable<void> all_reduce(CollectiveCall& c, time_point deadline);
 
-  // One message to `to`; its failure (if any) lands in the batch.
+  // One message to `to`, counted in the batch (a failure to send is left to the receives).
   void send(const std::shared_ptr<Batch>& b, std::uint32_t to, WorldMessage m, std::span<const std::byte> piece = {});
   // The next message from `from`, which must be (kind, seq, step) or an abort; on_message runs on the loop.
   void expect(const std::shared_ptr<Batch>& b, std::uint32_t from, WorldKind kind, std::uint64_t seq,
@@ -93,10 +100,12 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   std::vector<std::uint32_t> others() const;
   std::size_t half() const;
   std::size_t region(std::uint64_t seq) const { return (seq % 2) * half(); }
-  void poison(const Fault& f, const char* collective, std::uint64_t seq);
+  asio::awaitable<void> poison(const Fault& f, const char* collective, std::uint64_t seq);
 
   std::uint64_t seq_ = 0;
   std::exception_ptr poisoned_;
+  std::optional<Fault> aborted_;                        // announced through the store
+  std::set<std::shared_ptr<ConnectWait>> waits_;
   std::deque<Job> queue_;
   bool running_ = false;
   bool shut_ = false;
