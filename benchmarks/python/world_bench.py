@@ -8,8 +8,8 @@ Tests: barrier (latency), all_gather (each rank contributes SIZE bytes), all_to_
 sends SIZE bytes in total, SIZE / ranks to each rank, like all_to_all_single). One measurement:
 a barrier, ITERS operations back to back on every rank, each rank's mean time per operation; the
 slowest rank's mean is reported (a collective is done when its last rank is). Data are uint8
-tensors (gloo) or NumPy arrays (hmc), allocated once per size; results are not checked here (the
-tests do that).
+tensors (gloo) or NumPy arrays (hmc); inputs and outputs are allocated once per size for both
+(hmc through out=); results are not checked here (the tests do that).
 """
 import argparse
 import json
@@ -40,6 +40,7 @@ class Hmc:
         self.w = hmc.init_world(url, ranks, rank, ucx_tls=tls, ucx_net_devices="lo", buffer_size=buffer_size,
                                 timeout=120)
         self.rank, self.ranks = self.w.rank, self.w.size
+        self.outs = {}
 
     def array(self, n):
         import numpy
@@ -50,10 +51,18 @@ class Hmc:
         self.w.barrier()
 
     def all_gather(self, x):
-        self.w.all_gather(x)
+        # Outputs allocated once per size, as for gloo below (out=: the caller's array is reused).
+        import numpy
+
+        out = self.outs.setdefault(("ag", len(x)), numpy.empty((self.ranks, len(x)), dtype=x.dtype))
+        self.w.all_gather(x, out=out)
 
     def all_to_all(self, x):
-        self.w.all_to_all(self.parts(x))
+        import numpy
+
+        parts = self.parts(x)
+        out = self.outs.setdefault(("a2a", len(x)), numpy.empty((self.ranks, len(parts[0])), dtype=x.dtype))
+        self.w.all_to_all(parts, out=out)
 
     def parts(self, x):
         k = len(x) // self.ranks

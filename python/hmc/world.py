@@ -225,12 +225,21 @@ class _Base:
         data = _encode(x) if self.rank == root else None
         return self._pending_op("broadcast", data, root, timeout), "bytes", _decode
 
-    def _all_gather(self, x, timeout):
+    def _out(self, out, shape, dtype, name):
+        """A caller's output array (reused between calls: no new pages each time), or a new one."""
+        np = _np()
+        if out is None:
+            return np.empty(shape, dtype=dtype)
+        o = _array_of(out)
+        if o is None or o.shape != tuple(shape) or o.dtype != dtype or not o.flags["WRITEABLE"]:
+            raise InvalidArgumentError(f"{name}: out must be a writable array of shape {tuple(shape)} and {dtype}")
+        return o
+
+    def _all_gather(self, x, timeout, out=None):
         arr = _array_of(x)
         if arr is None:
             return self._pending_op("all_gather_v", x, timeout), "blocks", lambda b: _blocks(b, x)
-        np = _np()
-        out = np.empty((self.size,) + arr.shape, dtype=arr.dtype)
+        out = self._out(out, (self.size,) + arr.shape, arr.dtype, "all_gather")
         op = self._pending_op("all_gather", arr, out, timeout)
         if _is_tensor(x):
             import torch
@@ -252,15 +261,14 @@ class _Base:
             blocks = []
         return self._pending_op("scatter", blocks, root, timeout), "bytes", _decode
 
-    def _all_to_all(self, xs, timeout):
+    def _all_to_all(self, xs, timeout, out=None):
         xs = list(xs)
         if len(xs) != self.size:
             raise InvalidArgumentError(f"all_to_all takes {self.size} items, one per destination rank")
         arrays = [_array_of(x) for x in xs]
         if all(a is not None for a in arrays) and len({(a.dtype.str, a.shape) for a in arrays}) == 1:
-            # Equal arrays: one input, results written straight into one new array (no copies after).
-            np = _np()
-            out = np.empty((self.size,) + arrays[0].shape, dtype=arrays[0].dtype)
+            # Equal arrays: one input, results written straight into one array (no copies after).
+            out = self._out(out, (self.size,) + arrays[0].shape, arrays[0].dtype, "all_to_all")
             op = self._pending_op("all_to_all", _contiguous(arrays), out, timeout)
             if _is_tensor(xs[0]):
                 import torch
@@ -271,13 +279,13 @@ class _Base:
         srcs = [x if a is None else a for x, a in zip(xs, arrays)]
         return self._pending_op("all_to_all_v", srcs, timeout), "blocks", lambda b: _blocks(b, xs[0])
 
-    def _all_reduce(self, x, op, timeout):
+    def _all_reduce(self, x, op, timeout, out=None):
         arr = _array_of(x)
         if arr is None:
             raise InvalidArgumentError("all_reduce takes a NumPy array or a CPU tensor")
         if op not in _OPS:
             raise InvalidArgumentError(f"op must be one of {', '.join(_OPS)}")
-        out = _np().empty_like(arr)
+        out = self._out(out, arr.shape, arr.dtype, "all_reduce")
         pending = self._pending_op("all_reduce", arr, out, _dtype_code(arr), _OPS[op], timeout)
         return pending, "none", lambda _: _wrap_like(x, out)
 
@@ -349,9 +357,10 @@ class World(_Base):
         """root's x everywhere (the others' x is ignored; pass None)."""
         return self._run(self._broadcast(x, root, timeout))
 
-    def all_gather(self, x, timeout=None):
-        """A list indexed by rank of every rank's x (arrays: equal shapes)."""
-        return self._run(self._all_gather(x, timeout))
+    def all_gather(self, x, timeout=None, out=None):
+        """A list indexed by rank of every rank's x (arrays: equal shapes; the list holds views of
+        one array of shape (size,) + x.shape: `out`, when given, is that array)."""
+        return self._run(self._all_gather(x, timeout, out))
 
     def gather(self, x, root=0, timeout=None):
         """On root: a list indexed by rank; None elsewhere."""
@@ -361,15 +370,16 @@ class World(_Base):
         """root's xs[rank] on every rank (xs: one item per rank on the root, None elsewhere)."""
         return self._run(self._scatter(xs, root, timeout))
 
-    def all_to_all(self, xs, timeout=None):
-        """xs indexed by destination; returns a list indexed by source. Any sizes per pair."""
-        return self._run(self._all_to_all(xs, timeout))
+    def all_to_all(self, xs, timeout=None, out=None):
+        """xs indexed by destination; returns a list indexed by source. Any sizes per pair; with
+        equal arrays, views of one array of shape (size,) + shape (`out`, when given)."""
+        return self._run(self._all_to_all(xs, timeout, out))
 
     all_to_all_v = all_to_all
 
-    def all_reduce(self, x, op="sum", timeout=None):
-        """A new array/tensor: the element-wise sum, max or min over the ranks."""
-        return self._run(self._all_reduce(x, op, timeout))
+    def all_reduce(self, x, op="sum", timeout=None, out=None):
+        """A new array/tensor (or `out`): the element-wise sum, max or min over the ranks."""
+        return self._run(self._all_reduce(x, op, timeout, out))
 
     def close(self):
         self._core.close()
@@ -439,8 +449,8 @@ class AsyncWorld(_Base):
     async def broadcast(self, x, root=0, timeout=None):
         return await self._run(self._broadcast(x, root, timeout))
 
-    async def all_gather(self, x, timeout=None):
-        return await self._run(self._all_gather(x, timeout))
+    async def all_gather(self, x, timeout=None, out=None):
+        return await self._run(self._all_gather(x, timeout, out))
 
     async def gather(self, x, root=0, timeout=None):
         return await self._run(self._gather(x, root, timeout))
@@ -448,13 +458,13 @@ class AsyncWorld(_Base):
     async def scatter(self, xs, root=0, timeout=None):
         return await self._run(self._scatter(xs, root, timeout))
 
-    async def all_to_all(self, xs, timeout=None):
-        return await self._run(self._all_to_all(xs, timeout))
+    async def all_to_all(self, xs, timeout=None, out=None):
+        return await self._run(self._all_to_all(xs, timeout, out))
 
     all_to_all_v = all_to_all
 
-    async def all_reduce(self, x, op="sum", timeout=None):
-        return await self._run(self._all_reduce(x, op, timeout))
+    async def all_reduce(self, x, op="sum", timeout=None, out=None):
+        return await self._run(self._all_reduce(x, op, timeout, out))
 
     async def close(self):
         if self._loop is not None and not self._loop.is_closed():

@@ -74,6 +74,11 @@ async def collectives(w, use_torch):
     check(len(got) == n and all((got[p] == np.arange(100003, dtype=np.int16) + p).all() for p in range(n)),
           "all_gather array")
 
+    buf = np.empty((n, 100003), dtype=np.int16)  # a caller's output array, written in place
+    got = await w.all_gather(a, out=buf)
+    check(all(np.shares_memory(got[p], buf) for p in range(n)) and (buf[n - 1] == a - r + n - 1).all(),
+          "all_gather into out")
+
     got = await w.gather(data(r, 2, r * 7919 + 5), root=2 % n)
     check(got == [data(p, 2, p * 7919 + 5) for p in range(n)] if r == 2 % n else got is None, "gather")
     root = n - 1
