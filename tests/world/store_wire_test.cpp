@@ -146,7 +146,8 @@ TEST(WorldMessage, RoundTripAndRejection) {
   const std::vector<std::byte> piece(5, std::byte{7});
   WorldMessage n{WorldKind::notice, kInline, 0, 1, 0, piece.size(), 5, 0};
   std::span<const std::byte> got;
-  ASSERT_TRUE(decode_world_message(encode(n, piece), why, &got));
+  const auto wire_bytes = encode(n, piece);  // `got` points into it
+  ASSERT_TRUE(decode_world_message(wire_bytes, why, &got));
   EXPECT_TRUE(std::equal(got.begin(), got.end(), piece.begin(), piece.end()));
   n.b = 4;
   EXPECT_FALSE(decode_world_message(encode(n, piece), why));  // announces fewer bytes than it carries
