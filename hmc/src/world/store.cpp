@@ -8,7 +8,7 @@
 #include "hmc/error.hpp"
 #include "hmc/runtime/event_loop.hpp"
 #include "world/etcd_store_client.hpp"
-#include "world/store_handshake.hpp"
+#include "world/call_on.hpp"
 #include "world/tcp_store_client.hpp"
 
 namespace hmc {

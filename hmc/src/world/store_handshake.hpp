@@ -5,11 +5,8 @@
 //   client -> proof:     HMAC(key, "hmc-store client" | server nonce | client nonce)
 //   server -> welcome, or reject (reason) and close
 // Each side proves the key over the other's fresh nonce; distinct labels stop a reflected proof.
-#include <future>
 #include <span>
 
-#include "hmc/runtime/asio.hpp"
-#include "hmc/runtime/event_loop.hpp"
 #include "security/auth.hpp"
 
 namespace hmc::detail {
@@ -25,16 +22,6 @@ inline Mac store_server_proof(const AuthKey& key, const Nonce& client_nonce, con
 inline Mac store_client_proof(const AuthKey& key, const Nonce& server_nonce, const Nonce& client_nonce) {
   static const std::string label = "hmc-store client";
   return hmac_sha256(key, {as_bytes(label), server_nonce, client_nonce});
-}
-
-// Runs f on the loop behind `ex` and returns its result (inline when already there).
-template <class F>
-auto call_on(runtime::loop_executor ex, F f) -> decltype(f()) {
-  if (ex.running_in_this_thread()) return f();
-  std::packaged_task<decltype(f())()> task(std::move(f));
-  auto result = task.get_future();
-  runtime::asio::post(ex, [&task] { task(); });
-  return result.get();
 }
 
 }  // namespace hmc::detail

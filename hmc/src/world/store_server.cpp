@@ -8,6 +8,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "world/call_on.hpp"
 #include "world/store_handshake.hpp"
 #include "world/store_stream.hpp"
 

@@ -14,7 +14,7 @@
 #include "hmc/runtime/log.hpp"
 #include "world/batch.hpp"
 #include "world/connector.hpp"
-#include "world/store_handshake.hpp"
+#include "world/call_on.hpp"
 
 namespace hmc {
 namespace detail {

@@ -11,7 +11,7 @@
 #include "hmc/runtime/log.hpp"
 #include "hmc/world/store_server.hpp"
 #include "security/auth.hpp"
-#include "world/store_handshake.hpp"
+#include "world/call_on.hpp"
 #include "world/world_impl.hpp"
 
 namespace hmc {
