@@ -102,19 +102,25 @@ class WorldProcessTest : public ::testing::Test {
   std::string dir;
 };
 
-class Collectives : public WorldProcessTest, public ::testing::WithParamInterface<const char*> {};
+class Collectives : public WorldProcessTest,
+                    public ::testing::WithParamInterface<std::tuple<const char*, std::uint32_t>> {};
 
-TEST_P(Collectives, EightRanksEveryCollectiveWithOddSizes) {
+TEST_P(Collectives, EveryCollectiveWithOddSizes) {
+  const auto [tls, size] = GetParam();
   // Rank 0 hosts the embedded store (the default for explicit ranks).
   const std::string url = "tcp://127.0.0.1:" + std::to_string(free_port());
-  std::vector<Rank> ranks(8);
+  std::vector<Rank> ranks(size);
   for (std::uint32_t r = 0; r < ranks.size(); ++r)
-    ranks[r].process = spawn({"url=" + url, "size=8", "rank=" + std::to_string(r), std::string("tls=") + GetParam()});
+    ranks[r].process = spawn({"url=" + url, "size=" + std::to_string(size), "rank=" + std::to_string(r),
+                              std::string("tls=") + tls});
   finish(ranks, 120s);
   expect_all_ok(ranks);
 }
 
-INSTANTIATE_TEST_SUITE_P(World, Collectives, ::testing::Values("shm", "tcp"));
+// 8 ranks over shared memory and over tcp, and an odd world.
+INSTANTIATE_TEST_SUITE_P(World, Collectives,
+                         ::testing::Values(std::make_tuple("shm", 8u), std::make_tuple("tcp", 8u),
+                                           std::make_tuple("shm", 5u)));
 
 TEST_F(WorldProcessTest, AutomaticRanksAreAPermutation) {
   StoreServerOptions so;
