@@ -180,7 +180,8 @@ def write_outputs(o, results):
 
 async def run_client(o, port):
     async with session(o) as s:
-        await s.connect(SERVER_RANK, o.rank, o.host, port, port)
+        # A server started with --port P serves data port P; loopback starts it with --port 0.
+        await s.connect(SERVER_RANK, o.rank, o.host, port if o.role == "client" else 0, port)
         peer = SERVER_RANK
         if not o.quiet:
             print(f"hmc_bench.py: {o.mode} progress, UCX {s.transports(peer)}, depth {o.depth}, 1 peer(s), "

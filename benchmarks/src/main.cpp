@@ -238,7 +238,8 @@ int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std:
   Session s(session_options(o));
   std::vector<Peer> peers;
   for (const auto& [rank, port] : servers) {
-    s.connect(rank, o.rank, o.host, port, port);
+    // A server started with --port P serves data port P; loopback starts them with --port 0.
+    s.connect(rank, o.rank, o.host, o.role == "client" ? port : 0, port);
     peers.push_back({rank});
   }
   if (!o.quiet)

@@ -18,15 +18,16 @@ asio::awaitable<bool> run(hmc::Session& s, std::uint64_t size) {
   s.buffer().write_from_cpu(bytes.data(), size, 0);
   const std::uint64_t sum = std::accumulate(bytes.begin(), bytes.end(), std::uint64_t{0});
 
-  co_await s.async_put(0, 0, 0, size, asio::use_awaitable);  // done = visible in the server's buffer
-  co_await s.async_ctrl_send(0, hmc::CtrlMessage::from_tag(size), asio::use_awaitable);  // "data ready"
-  const std::uint64_t server_sum = (co_await s.async_ctrl_recv(0, 60s, asio::use_awaitable)).tag();
+  // Without a completion token async_* return awaitables (Session::default_token).
+  co_await s.async_put(0, 0, 0, size);  // done = visible in the server's buffer
+  co_await s.async_ctrl_send(0, hmc::CtrlMessage::from_tag(size));  // "data ready"
+  const std::uint64_t server_sum = (co_await s.async_ctrl_recv(0, 60s)).tag();
   std::printf("client: put %llu bytes, checksum %llu, server computed %llu: %s\n",
               static_cast<unsigned long long>(size), static_cast<unsigned long long>(sum),
               static_cast<unsigned long long>(server_sum), sum == server_sum ? "match" : "MISMATCH");
 
   const std::string expected = "hello from the server";
-  co_await s.async_get(0, 0, size, expected.size(), asio::use_awaitable);
+  co_await s.async_get(0, 0, size, expected.size());
   std::string reply(expected.size(), '\0');
   s.buffer().read_to_cpu(reply.data(), reply.size(), 0);
   std::printf("client: got \"%s\" from the server's buffer\n", reply.c_str());

@@ -1,20 +1,28 @@
 #include "hmc/ctrl_channel.hpp"
 
-#include <sys/stat.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <future>
+#include <algorithm>
+#include <atomic>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
 
-#include "detail/byte_order.hpp"
 #include "detail/ctrl_connection.hpp"
+#include "detail/ctrl_handshake.hpp"
+#include "detail/ctrl_socket.hpp"
+#include "detail/ctrl_tls.hpp"
 #include "detail/local_address.hpp"
+#include "detail/uds_dir.hpp"
 #include "hmc/runtime/async_queue.hpp"
 #include "hmc/runtime/async_ready_set.hpp"
+#include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
+#include "security/auth.hpp"
 
 namespace hmc {
 namespace detail {
@@ -22,39 +30,98 @@ namespace detail {
 using runtime::log;
 using tcp = asio::ip::tcp;
 using uds = asio::local::stream_protocol;
-using namespace asio::experimental::awaitable_operators;
+using clock = std::chrono::steady_clock;
 
 namespace {
 
-std::vector<std::byte> rank_frame(FrameType type, std::uint32_t rank) {
-  std::byte payload[4];
-  store_le32(payload, rank);
-  return encode_frame(type, payload, sizeof payload);
+constexpr std::size_t kMessageOverhead = 64;  // inbox cost of a message beyond its payload
+
+std::size_t inbox_cost(const CtrlMessage& m) { return m.bytes().size() + kMessageOverhead; }
+
+std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+// The status a client sees for the server's REJECT code.
+Status status_of_reject(RejectCode code) {
+  switch (code) {
+    case RejectCode::auth_failed: return Status::AUTH_FAILED;
+    case RejectCode::busy: return Status::NOT_CONNECTED;
+    default: return Status::PROTOCOL_ERROR;
+  }
 }
 
-bool file_exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
+// Closes a connection when its handshake runs past the deadline: every pending read or write then
+// fails, whatever stage (connect, TLS, frames) it is in.
+class HandshakeDeadline {
+ public:
+  HandshakeDeadline(const runtime::loop_executor& ex, clock::time_point at) : timer_(ex, at) {}
+  ~HandshakeDeadline() {
+    state_->over = true;  // an expiry already queued must not close a connection that made it
+    timer_.cancel();
+  }
+  // `log_line`: logged (as an error, before the close the peer sees) when the deadline strikes.
+  void watch(const std::shared_ptr<CtrlConnection>& conn, std::string log_line = {}) {
+    timer_.async_wait([conn, state = state_, log_line = std::move(log_line)](error_code ec) {
+      if (ec || state->over) return;
+      state->expired = true;
+      if (!log_line.empty()) log().error("{}", log_line);
+      conn->close(make_error_code(Status::TIMEOUT), "handshake deadline");
+    });
+  }
+  bool expired() const noexcept { return state_->expired; }
+
+ private:
+  struct State {
+    bool expired = false;
+    bool over = false;
+  };
+  asio::steady_timer timer_;
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
 
 }  // namespace
 
 class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
  public:
   CtrlChannelImpl(runtime::EventLoop& l, std::uint32_t rank, CtrlOptions o)
-      : loop(l), ex(l.executor()), self_rank(rank), opts(std::move(o)), connected(ex) {}
+      : loop(l), ex(l.executor()), self_rank(rank), opts(std::move(o)), connected(ex) {
+    if (opts.authenticate) {
+      AuthKeyOrigin origin;
+      key = resolve_auth_key(opts.auth_key, &origin);
+      log().debug("ctrl: peers authenticate with the key from {}", origin.description);
+    } else {
+      log().warn("ctrl: peer authentication is OFF (authenticate = false): any process that reaches the control "
+                 "port can read and write this session's memory");
+    }
+    tls = make_tls_context(opts);
+  }
 
   struct Peer {
     explicit Peer(runtime::loop_executor e) : inbox(e) {}
-    std::shared_ptr<CtrlConnection> conn;  // null once the connection ended
+    std::shared_ptr<CtrlConnection> conn;  // null before the rank first connected and after it is lost
     runtime::AsyncQueue<CtrlMessage> inbox;
+    std::size_t inbox_bytes = 0;  // what inbox holds (or hands to a waiter), for inbox_budget
+    bool ever_connected = false;  // false: a placeholder made by a receive that waits for the rank
+  };
+
+  // A TCP leg that was offered the Unix socket: it holds its rank until the client moves or stays.
+  struct Pending {
+    std::shared_ptr<CtrlConnection> conn;
+    Nonce ticket;
   };
 
   struct ConnectResult {
     error_code ec;
     std::string why;
     std::shared_ptr<CtrlConnection> conn;
-    std::uint32_t rank = 0;
+    std::uint32_t server_rank = 0;
+    std::uint32_t my_rank = 0;
+  };
+
+  // The result of a client handshake on one connection.
+  struct ClientResult {
+    error_code ec;
+    std::string why;
+    WelcomeMsg welcome;
   };
 
   // Completes an HMC operation: the error code becomes the typed exception here, nowhere else.
@@ -63,8 +130,9 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     runtime::complete_later(ex, std::move(h), ec ? make_error(ec, context) : nullptr, std::forward<Args>(args)...);
   }
 
-  std::string uds_path_for(std::uint16_t port) const {
-    return opts.uds_dir + "/hmc-ctrl-" + std::to_string(port) + ".sock";
+  ConnectionLimits limits() const {
+    return ConnectionLimits{opts.max_frame_length, opts.send_timeout, opts.heartbeat_interval, opts.heartbeat_misses,
+                            opts.partial_frame_timeout};
   }
 
   bool alive(std::uint32_t rank) const {
@@ -72,25 +140,42 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     return it != peers.end() && it->second->conn && it->second->conn->is_open();
   }
 
-  std::shared_ptr<CtrlConnection> make_connection(CtrlConnection::socket_type s, std::string transport,
-                                                  std::string remote) {
-    return std::make_shared<CtrlConnection>(std::move(s), std::move(transport), std::move(remote),
-                                            opts.max_frame_length, opts.send_timeout);
+  bool rank_in_use(std::uint32_t rank) const { return alive(rank) || reserved.count(rank) != 0; }
+
+  std::size_t connection_count() const {
+    std::size_t n = handshaking.size() + reserved.size();
+    for (const auto& [rank, peer] : peers) n += peer->conn ? 1 : 0;
+    return n;
+  }
+
+  // Ranks handed to "any" clients: 1, 2, ... in connection order, skipping ranks in use.
+  std::uint32_t assign_rank() {
+    while (next_assign == self_rank.load() || next_assign == kAnyRank || rank_in_use(next_assign)) ++next_assign;
+    return next_assign++;
+  }
+
+  void push_message(const std::shared_ptr<Peer>& p, CtrlMessage m) {
+    p->inbox_bytes += inbox_cost(m);
+    p->inbox.push(std::move(m));
+    if (p->inbox_bytes > opts.inbox_budget && p->conn) p->conn->pause_reading();
   }
 
   void add_peer(std::uint32_t rank, const std::shared_ptr<CtrlConnection>& conn) {
     auto& slot = peers[rank];
-    slot = std::make_shared<Peer>(ex);  // a rank that reconnects after a loss starts with a fresh inbox
+    // A rank that reconnects after a loss starts with a fresh inbox; a waiting receive's placeholder is kept.
+    if (!slot || slot->ever_connected) slot = std::make_shared<Peer>(ex);
     slot->conn = conn;
+    slot->ever_connected = true;
     std::weak_ptr<Peer> weak_peer = slot;
     std::weak_ptr<CtrlChannelImpl> weak_self = weak_from_this();
     conn->start(
         [weak_peer, weak_self, rank](CtrlMessage m) {
           auto p = weak_peer.lock();
-          if (!p) return;
+          auto self = weak_self.lock();
+          if (!p || !self) return;
           if (m.kind() != CtrlKind::transport) {
-            p->inbox.push(std::move(m));
-          } else if (auto self = weak_self.lock(); self && self->handlers.on_transport) {
+            self->push_message(p, std::move(m));
+          } else if (self->handlers.on_transport) {
             self->handlers.on_transport(rank, std::move(m));
           }
         },
@@ -100,212 +185,485 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
           log().info("ctrl peer rank {} lost: {}", rank, why);
           p->conn.reset();
           p->inbox.close(make_error_code(Status::PEER_LOST));
-          if (auto self = weak_self.lock()) self->connected.reset(rank);
-          if (auto self = weak_self.lock(); self && self->handlers.on_peer) self->handlers.on_peer(rank, false);
+          auto self = weak_self.lock();
+          if (!self) return;
+          self->connected.reset(rank);
+          self->forget_old_losses(rank);
+          if (self->handlers.on_peer) self->handlers.on_peer(rank, false);
         });
-    log().info("ctrl peer rank {} connected over {} ({})", rank, conn->transport(), conn->remote());
+    log().info("ctrl peer rank {} connected over {} ({})", rank, transport_name(*conn), conn->remote());
     if (handlers.on_peer) handlers.on_peer(rank, true);
     connected.set(rank);
   }
+
+  // A lost peer's entry answers later receives with PeerLostError. Ranks handed to "any" clients
+  // are never reused, so only the newest max_connections losses are remembered (drained ones).
+  void forget_old_losses(std::uint32_t just_lost) {
+    losses.push_back(just_lost);
+    while (losses.size() > opts.max_connections) {
+      auto it = peers.find(losses.front());
+      losses.pop_front();
+      if (it != peers.end() && !it->second->conn && it->second->inbox.size() == 0 && it->second->inbox.waiters() == 0)
+        peers.erase(it);
+    }
+  }
+
+  static std::string transport_name(const CtrlConnection& c) { return c.is_tls() ? "tls" : c.transport(); }
+
+  std::uint32_t own_heartbeat_ms() const {
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(opts.heartbeat_interval.count(), 0, 0xFFFFFFFF));
+  }
+
+  // ---- server side ----
 
   template <class Acceptor>
   asio::awaitable<void> accept_loop(Acceptor& acceptor, std::string transport) {
     auto self = shared_from_this();
     for (;;) {
       error_code ec;
-      auto s = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
-      if (closed || ec == asio::error::operation_aborted) co_return;
-      if (ec) {
-        log().warn("ctrl accept on {} failed: {}", transport, ec.message());
-        asio::steady_timer pause(ex, std::chrono::milliseconds(10));  // e.g. out of fds: don't spin
-        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        continue;
+      co_await acceptor.async_wait(Acceptor::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+      if (closed || !acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
+      for (;;) {
+        std::string remote;
+        socket_type s = accept_one(acceptor, remote, ec);
+        if (ec == asio::error::would_block) break;
+        if (ec) {
+          log().warn("ctrl accept on {} failed: {}", transport, ec.message());
+          asio::steady_timer pause(ex, std::chrono::milliseconds(10));  // e.g. out of fds: don't spin
+          co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+          break;
+        }
+        admit(std::move(s), transport, remote);
       }
-      std::string remote = transport;
-      if constexpr (std::is_same_v<Acceptor, tcp::acceptor>) {
-        s.set_option(tcp::no_delay(true), ec);
-        auto ep = s.remote_endpoint(ec);
-        if (!ec) remote = ep.address().to_string() + ":" + std::to_string(ep.port());
-      }
-      auto conn = make_connection(CtrlConnection::socket_type(std::move(s)), transport, remote);
-      handshaking.insert(conn);
-      asio::co_spawn(ex, server_handshake(conn), asio::detached);
     }
+  }
+
+  // Logs refusals at most once a second: a flood must not become a flood of log lines.
+  void note_refusal(const std::string& why) {
+    ++refused;
+    const auto now = clock::now();
+    if (now - last_refusal_log < std::chrono::seconds(1)) return;
+    log().warn("ctrl: refused {} connection(s): {}", refused, why);
+    refused = 0;
+    last_refusal_log = now;
+  }
+
+  void admit(socket_type s, const std::string& transport, const std::string& remote) {
+    auto conn = std::make_shared<CtrlConnection>(std::move(s), transport, remote, limits());
+    if (transport == "uds" && !opts.uds_any_user) {
+      const auto uid = conn->peer_uid();
+      if (!uid || *uid != ::geteuid()) {
+        log().error("ctrl: refused a Unix-socket peer of uid {} (this process runs as uid {})",
+                    uid ? std::to_string(*uid) : "unknown", ::geteuid());
+        conn->close(make_error_code(Status::AUTH_FAILED), "foreign uid");
+        return;
+      }
+    }
+    std::string why;
+    if (handshaking.size() >= opts.max_handshakes)
+      why = "too many handshakes at once (max_handshakes " + std::to_string(opts.max_handshakes) + ")";
+    else if (connection_count() >= opts.max_connections)
+      why = "too many connections (max_connections " + std::to_string(opts.max_connections) + ")";
+    if (!why.empty()) {
+      note_refusal(why);
+      if (!tls || transport == "uds") {  // a TLS client could not read a plaintext REJECT
+        const auto frame = reject_frame(RejectCode::busy, why);
+        // One best-effort non-blocking write on a fresh socket, so the client can say why.
+        [[maybe_unused]] auto n = ::send(conn->native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      conn->close(make_error_code(Status::NOT_CONNECTED), why);
+      return;
+    }
+    handshaking.insert(conn);
+    asio::co_spawn(ex, server_handshake(conn), asio::detached);
+  }
+
+  void refuse(const std::shared_ptr<CtrlConnection>& conn, RejectCode code, const std::string& why) {
+    log().error("ctrl handshake from {} ({}) rejected: {}", conn->remote(), transport_name(*conn), why);
+    conn->send(reject_frame(code, code == RejectCode::auth_failed ? "authentication failed" : why), [conn, why](error_code) {
+      conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
+    });
   }
 
   asio::awaitable<void> server_handshake(std::shared_ptr<CtrlConnection> conn) {
     auto self = shared_from_this();
+    HandshakeDeadline deadline(ex, clock::now() + opts.hello_timeout);
+    deadline.watch(conn, "ctrl handshake from " + conn->remote() + " (" + conn->transport() +
+                             ") failed: no complete handshake within " + ms(opts.hello_timeout) + "; closing it");
+    auto fail = [&](const std::string& why) {
+      handshaking.erase(conn);
+      if (closed || deadline.expired()) return;  // the deadline logged and closed it
+      log().error("ctrl handshake from {} ({}) failed: {}; closing it", conn->remote(), transport_name(*conn), why);
+      conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
+    };
+    if (tls && conn->transport() == "tcp") {
+      const error_code ec = co_await conn->tls_handshake(*tls, asio::ssl::stream_base::server);
+      if (ec) co_return fail("TLS handshake: " + ec.message());
+    }
+    ServerHandshake hs(key, opts.authenticate, random_nonce());
+    for (;;) {
+      error_code ec;
+      std::string problem;
+      Frame f = co_await conn->read_frame(ec, problem);
+      if (closed) co_return (void)handshaking.erase(conn);
+      if (deadline.expired()) co_return fail("deadline");  // its shutdown() reads as an EOF
+      if (!problem.empty()) {
+        handshaking.erase(conn);
+        co_return refuse(conn, RejectCode::protocol, problem);
+      }
+      if (ec) co_return fail("closed before the handshake completed: " + ec.message());
+      HandshakeStep step = hs.on_frame(f.header.type, f.payload);
+      if (step.what == HandshakeStep::What::reply) {
+        conn->send(std::move(step.reply), [](error_code) {});
+        continue;
+      }
+      if (step.what == HandshakeStep::What::failed) {
+        handshaking.erase(conn);
+        co_return refuse(conn, step.code, step.why);
+      }
+      break;
+    }
+    handshaking.erase(conn);
+    if (deadline.expired() || !conn->is_open()) co_return fail("closed during the handshake");
+    const HelloMsg& hello = hs.hello();
+    if ((hello.flags & kHelloUpgrade) != 0) co_return accept_upgrade(conn, hs);
+    const std::uint32_t rank = hello.rank == kAnyRank ? assign_rank() : hello.rank;
+    if (rank == self_rank.load())
+      co_return refuse(conn, RejectCode::own_rank,
+                       "HELLO with rank " + std::to_string(rank) + ", this server's own rank");
+    if (rank_in_use(rank))
+      co_return refuse(conn, RejectCode::rank_in_use,
+                       "HELLO with duplicate rank " + std::to_string(rank) + " (already connected)");
+    WelcomeMsg w;
+    w.server_rank = self_rank.load();
+    w.rank = rank;
+    w.heartbeat_ms = heartbeat_for(hello.heartbeat_ms, own_heartbeat_ms());
+    conn->set_heartbeat_interval(std::chrono::milliseconds(w.heartbeat_ms));
+    const bool offer = (hello.flags & kHelloMayUseUds) != 0 && uds_acceptor && uds_acceptor->is_open() &&
+                       conn->transport() == "tcp";
+    if (offer) {
+      w.uds_path = uds_path;
+      w.ticket = random_nonce();
+    }
+    conn->send(hs.welcome(w), [](error_code) {});
+    if (!offer) co_return add_peer(rank, conn);
+
+    // The client now either moves to the Unix socket (accept_upgrade claims the rank) or says STAY.
+    reserved[rank] = Pending{conn, w.ticket};
     error_code ec;
     std::string problem;
-    asio::steady_timer deadline(ex, opts.hello_timeout);
-    auto first = co_await (conn->read_frame(ec, problem) || deadline.async_wait(asio::use_awaitable));
-    handshaking.erase(conn);
+    Frame f = co_await conn->read_frame(ec, problem);
+    auto it = reserved.find(rank);
+    if (it == reserved.end() || it->second.conn != conn) co_return;  // moved to the Unix socket
+    reserved.erase(it);
     if (closed) co_return;
-    std::string why;
-    if (first.index() == 1) {
-      why = "no HELLO within " + std::to_string(opts.hello_timeout.count()) + " ms";
-    } else if (!problem.empty()) {
-      why = problem;
-    } else if (ec) {
-      why = "closed before HELLO: " + ec.message();
-    } else if (const Frame& f = std::get<0>(first); f.header.type != FrameType::hello) {
-      why = "expected HELLO, got frame type " + std::to_string(static_cast<int>(f.header.type));
-    } else {
-      const std::uint32_t rank = load_le32(f.payload.data());
-      if (rank == self_rank) {
-        why = "HELLO with rank " + std::to_string(rank) + ", this server's own rank";
-      } else if (alive(rank)) {
-        why = "HELLO with duplicate rank " + std::to_string(rank) + " (already connected)";
-      } else {
-        conn->send(rank_frame(FrameType::hello_ack, self_rank), [](error_code) {});
-        add_peer(rank, conn);
-        co_return;
-      }
-      log().error("ctrl handshake from {} ({}) rejected: {}", conn->remote(), conn->transport(), why);
-      auto reason = std::as_bytes(std::span(why.data(), why.size()));
-      conn->send(encode_frame(FrameType::hello_reject, reason.data(), reason.size()),
-                 [conn, why](error_code) { conn->close(make_error_code(Status::PROTOCOL_ERROR), why); });
-      co_return;
+    if (!problem.empty() || ec) {
+      log().info("ctrl handshake from {}: the TCP leg ended before the client chose a transport: {}",
+                 conn->remote(), problem.empty() ? ec.message() : problem);
+      co_return conn->close(make_error_code(Status::PEER_LOST), "no STAY");
     }
-    log().error("ctrl handshake from {} ({}) failed: {}; closing it", conn->remote(), conn->transport(), why);
-    conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
+    if (f.header.type != FrameType::stay)
+      co_return refuse(conn, RejectCode::protocol,
+                       "expected STAY, got frame type " + std::to_string(static_cast<int>(f.header.type)));
+    add_peer(rank, conn);
   }
 
-  asio::awaitable<ConnectResult> dial(std::string host, std::uint16_t port) {
+  // An authenticated HELLO on the Unix socket quoting the ticket of a pending TCP leg: the Unix
+  // connection takes that leg's rank and the TCP leg closes.
+  void accept_upgrade(const std::shared_ptr<CtrlConnection>& conn, const ServerHandshake& hs) {
+    const HelloMsg& hello = hs.hello();
+    auto it = reserved.find(hello.rank);
+    if (conn->transport() != "uds" || it == reserved.end() || !macs_equal(it->second.ticket, hello.ticket))
+      return refuse(conn, RejectCode::bad_ticket,
+                    "upgrade HELLO for rank " + std::to_string(hello.rank) + " with no matching TCP connection");
+    auto tcp_leg = std::move(it->second.conn);
+    reserved.erase(it);
+    tcp_leg->close(make_error_code(Status::CLOSED), "moved to the Unix socket");
+    WelcomeMsg w;
+    w.server_rank = self_rank.load();
+    w.rank = hello.rank;
+    w.heartbeat_ms = heartbeat_for(hello.heartbeat_ms, own_heartbeat_ms());
+    conn->set_heartbeat_interval(std::chrono::milliseconds(w.heartbeat_ms));
+    conn->send(hs.welcome(w), [](error_code) {});
+    add_peer(hello.rank, conn);
+  }
+
+  // ---- client side ----
+
+  // Runs the client handshake on a connected (and, for TLS, secured) connection.
+  asio::awaitable<ClientResult> client_handshake(std::shared_ptr<CtrlConnection> conn, HelloMsg hello) {
+    ClientResult r;
+    ClientHandshake hs(key, opts.authenticate, hello);
+    conn->send(hs.hello_frame(), [](error_code) {});
+    for (;;) {
+      std::string problem;
+      Frame f = co_await conn->read_frame(r.ec, problem);
+      if (!problem.empty()) {
+        r.ec = make_error_code(Status::PROTOCOL_ERROR);
+        r.why = problem;
+        co_return r;
+      }
+      if (r.ec) {
+        // Under TLS 1.3 a server that refuses our certificate says so on the first read.
+        const bool tls_error = r.ec.category() == asio::error::get_ssl_category();
+        r.why = (tls_error ? "TLS: " : "connection closed during the handshake: ") + r.ec.message();
+        r.ec = make_error_code(tls_error ? Status::AUTH_FAILED : Status::PEER_LOST);
+        co_return r;
+      }
+      HandshakeStep step = hs.on_frame(f.header.type, f.payload);
+      if (step.what == HandshakeStep::What::reply) {
+        conn->send(std::move(step.reply), [](error_code) {});
+        continue;
+      }
+      if (step.what == HandshakeStep::What::failed) {
+        r.ec = make_error_code(hs.rejected() ? status_of_reject(step.code)
+                               : step.code == RejectCode::auth_failed ? Status::AUTH_FAILED
+                                                                      : Status::PROTOCOL_ERROR);
+        r.why = step.why;
+        co_return r;
+      }
+      r.welcome = hs.welcome();
+      conn->set_heartbeat_interval(
+          std::chrono::milliseconds(heartbeat_for(own_heartbeat_ms(), r.welcome.heartbeat_ms)));
+      co_return r;
+    }
+  }
+
+  // Every connection an attempt opened, so that the deadline can close them whatever they wait on.
+  struct Attempt {
+    explicit Attempt(const runtime::loop_executor& e, clock::time_point at) : deadline(e, at) {}
+    HandshakeDeadline deadline;
+    std::shared_ptr<CtrlConnection> track(std::shared_ptr<CtrlConnection> c) {
+      deadline.watch(c);
+      conns.push_back(c);
+      return c;
+    }
+    std::vector<std::shared_ptr<CtrlConnection>> conns;
+  };
+
+  asio::awaitable<ConnectResult> dial(std::string host, std::uint16_t port, Attempt& attempt) {
     ConnectResult r;
     const bool local = is_local_address(host);
-    const std::string path = uds_path_for(port);
-    const bool use_uds = opts.transport == CtrlTransport::uds ||
-                         (opts.transport == CtrlTransport::automatic && local && file_exists(path));
     if (opts.transport == CtrlTransport::uds && !local) {
       r.ec = make_error_code(Status::INVALID_CONFIG);
       r.why = "CTRL_TRANSPORT=uds but " + host + " is not an address of this host";
       co_return r;
     }
-    CtrlConnection::socket_type sock(ex);
-    std::string transport;
-    if (use_uds) {
-      uds::socket s(ex);
-      co_await s.async_connect(uds::endpoint(path), asio::redirect_error(asio::use_awaitable, r.ec));
-      if (r.ec) {
-        r.why = "cannot connect to Unix socket " + path + ": " + r.ec.message();
-        r.ec = make_error_code(Status::NOT_CONNECTED);
-        co_return r;
-      }
-      sock = CtrlConnection::socket_type(std::move(s));
-      transport = "uds";
-    } else {
-      tcp::resolver resolver(ex);
-      auto endpoints = co_await resolver.async_resolve(host, std::to_string(port),
-                                                       asio::redirect_error(asio::use_awaitable, r.ec));
-      if (r.ec) {
-        r.why = "cannot resolve " + host + ": " + r.ec.message();
-        r.ec = make_error_code(Status::NOT_CONNECTED);
-        co_return r;
-      }
-      tcp::socket s(ex);
-      co_await asio::async_connect(s, endpoints, asio::redirect_error(asio::use_awaitable, r.ec));
-      if (r.ec) {
-        r.why = "cannot connect to " + host + ":" + std::to_string(port) + ": " + r.ec.message();
-        r.ec = make_error_code(Status::NOT_CONNECTED);
-        co_return r;
-      }
-      error_code ignored;
-      s.set_option(tcp::no_delay(true), ignored);
-      sock = CtrlConnection::socket_type(std::move(s));
-      transport = "tcp";
+    const std::string where = host + ":" + std::to_string(port);
+    tcp::resolver resolver(ex);
+    auto endpoints = co_await resolver.async_resolve(host, std::to_string(port),
+                                                     asio::redirect_error(asio::use_awaitable, r.ec));
+    if (r.ec) {
+      r.why = "cannot resolve " + host + ": " + r.ec.message();
+      r.ec = make_error_code(Status::NOT_CONNECTED);
+      co_return r;
     }
-    auto conn = make_connection(std::move(sock), transport, host + ":" + std::to_string(port));
-    conn->send(rank_frame(FrameType::hello, self_rank), [](error_code) {});
-    std::string problem;
-    error_code ec;
-    Frame f = co_await conn->read_frame(ec, problem);
-    if (!problem.empty() || ec) {
-      r.ec = make_error_code(problem.empty() ? Status::PEER_LOST : Status::PROTOCOL_ERROR);
-      r.why = problem.empty() ? "connection closed during HELLO: " + ec.message() : problem;
-    } else if (f.header.type == FrameType::hello_reject) {
+    std::shared_ptr<CtrlConnection> conn;
+    for (const auto& entry : endpoints) {
+      const tcp::endpoint ep = entry.endpoint();
+      socket_type s = open_stream_socket(ex, ep.protocol().family(), r.ec);
+      if (r.ec) break;
+      auto c = attempt.track(std::make_shared<CtrlConnection>(std::move(s), "tcp", where, limits()));
+      r.ec = co_await c->connect(socket_type::endpoint_type(ep));
+      if (!r.ec) {
+        conn = c;
+        break;
+      }
+      c->close(r.ec, "connect failed");
+    }
+    if (!conn) {
+      r.why = "cannot connect to " + where + ": " + (r.ec ? r.ec.message() : "no address");
+      r.ec = make_error_code(Status::NOT_CONNECTED);
+      co_return r;
+    }
+    int one = 1;
+    ::setsockopt(conn->native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (tls) {
+      const error_code ec = co_await conn->tls_handshake(*tls, asio::ssl::stream_base::client);
+      if (ec) {
+        r.ec = make_error_code(attempt.deadline.expired() ? Status::TIMEOUT : Status::AUTH_FAILED);
+        r.why = "TLS handshake failed: " + ec.message();
+        co_return r;
+      }
+    }
+    const std::uint32_t me = self_rank.load();
+    const bool want_uds = opts.transport != CtrlTransport::tcp && local;
+    HelloMsg hello;
+    hello.rank = me;
+    hello.flags = want_uds ? kHelloMayUseUds : 0;
+    hello.heartbeat_ms = own_heartbeat_ms();
+    hello.nonce = random_nonce();
+    ClientResult hs = co_await client_handshake(conn, hello);
+    if (hs.ec) {
+      r.ec = hs.ec;
+      r.why = hs.why;
+      co_return r;
+    }
+    r.server_rank = hs.welcome.server_rank;
+    r.my_rank = hs.welcome.rank;
+    if (me != kAnyRank && r.my_rank != me) {
       r.ec = make_error_code(Status::PROTOCOL_ERROR);
-      r.why = "server rejected HELLO: " + std::string(reinterpret_cast<const char*>(f.payload.data()), f.payload.size());
-    } else if (f.header.type != FrameType::hello_ack) {
-      r.ec = make_error_code(Status::PROTOCOL_ERROR);
-      r.why = "expected HELLO_ACK, got frame type " + std::to_string(static_cast<int>(f.header.type));
-    } else {
-      r.rank = load_le32(f.payload.data());
+      r.why = "the server answered for rank " + std::to_string(r.my_rank) + ", we are " + std::to_string(me);
+      co_return r;
+    }
+    if (hs.welcome.uds_path.empty()) {
+      if (opts.transport == CtrlTransport::uds) {
+        r.ec = make_error_code(Status::INVALID_CONFIG);
+        r.why = "CTRL_TRANSPORT=uds but the server at " + where + " offers no Unix socket";
+        co_return r;
+      }
       r.conn = conn;
       co_return r;
     }
-    conn->close(r.ec, r.why);
+    std::string why_not;
+    auto moved = co_await upgrade(hs.welcome, attempt, why_not);
+    if (moved) {
+      conn->close(make_error_code(Status::CLOSED), "moved to the Unix socket");
+      r.conn = moved;
+      co_return r;
+    }
+    if (opts.transport == CtrlTransport::uds) {
+      r.ec = make_error_code(Status::NOT_CONNECTED);
+      r.why = "CTRL_TRANSPORT=uds but the Unix socket is unusable: " + why_not;
+      co_return r;
+    }
+    log().warn("ctrl: Unix socket {} of {} unusable ({}); staying on TCP", hs.welcome.uds_path, where, why_not);
+    conn->send(encode_frame(FrameType::stay, nullptr, 0), [](error_code) {});
+    r.conn = conn;
     co_return r;
+  }
+
+  // The Unix-socket leg: only the path the authenticated server named, only a server of our uid,
+  // and the key handshake again, quoting the TCP leg's ticket.
+  asio::awaitable<std::shared_ptr<CtrlConnection>> upgrade(const WelcomeMsg& w, Attempt& attempt,
+                                                           std::string& why_not) {
+    error_code ec;
+    socket_type s = open_stream_socket(ex, AF_UNIX, ec);
+    if (ec) {
+      why_not = ec.message();
+      co_return nullptr;
+    }
+    auto conn = attempt.track(std::make_shared<CtrlConnection>(std::move(s), "uds", w.uds_path, limits()));
+    ec = co_await conn->connect(socket_type::endpoint_type(uds::endpoint(w.uds_path)));
+    if (ec) {
+      why_not = "connect: " + ec.message();
+      co_return nullptr;
+    }
+    const auto uid = conn->peer_uid();
+    if (!opts.uds_any_user && (!uid || *uid != ::geteuid())) {
+      why_not = "its owner is uid " + (uid ? std::to_string(*uid) : std::string("unknown")) + ", not ours";
+      conn->close(make_error_code(Status::AUTH_FAILED), why_not);
+      co_return nullptr;
+    }
+    HelloMsg hello;
+    hello.rank = w.rank;
+    hello.flags = kHelloUpgrade;
+    hello.heartbeat_ms = own_heartbeat_ms();
+    hello.nonce = random_nonce();
+    hello.ticket = w.ticket;
+    ClientResult r = co_await client_handshake(conn, hello);
+    if (!r.ec && (r.welcome.rank != w.rank || r.welcome.server_rank != w.server_rank || !r.welcome.uds_path.empty())) {
+      r.ec = make_error_code(Status::PROTOCOL_ERROR);
+      r.why = "the Unix socket answered for other ranks";
+    }
+    if (r.ec) {
+      why_not = r.why;
+      conn->close(r.ec, r.why);
+      co_return nullptr;
+    }
+    co_return conn;
   }
 
   asio::awaitable<void> connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout,
                                 CtrlChannel::connect_handler h) {
     auto self = shared_from_this();
     const std::string what = "ctrl connect to " + host + ":" + std::to_string(port);
-    asio::steady_timer deadline(ex, timeout);
-    auto r = co_await (dial(host, port) || deadline.async_wait(asio::use_awaitable));
-    if (r.index() == 1) {
-      complete(std::move(h), make_error_code(Status::TIMEOUT),
-               what + " (no answer within " + std::to_string(timeout.count()) + " ms)", 0u);
-      co_return;
+    Attempt attempt(ex, runtime::deadline_after(timeout));
+    ConnectResult c = co_await dial(host, port, attempt);
+    if (attempt.deadline.expired()) {
+      c.ec = make_error_code(Status::TIMEOUT);
+      c.why = "no answer within " + ms(timeout);
     }
-    ConnectResult& c = std::get<0>(r);
-    if (!c.ec && closed) {
-      c.conn->close(make_error_code(Status::CLOSED), "channel closed");
-      c.ec = make_error_code(Status::CLOSED);
-    } else if (!c.ec && alive(c.rank)) {
-      c.why = "already connected to rank " + std::to_string(c.rank);
+    if (!c.ec && closed) c.ec = make_error_code(Status::CLOSED);
+    if (!c.ec && alive(c.server_rank)) {
       c.ec = make_error_code(Status::PROTOCOL_ERROR);
-      c.conn->close(c.ec, c.why);
+      c.why = "already connected to rank " + std::to_string(c.server_rank);
+    }
+    if (!c.ec && self_rank.load() == kAnyRank) {
+      std::uint32_t expected = kAnyRank;
+      self_rank.compare_exchange_strong(expected, c.my_rank);
+      log().info("ctrl: rank {} assigned by the server at {}:{}", c.my_rank, host, port);
+    }
+    if (!c.ec && self_rank.load() != c.my_rank) {
+      c.ec = make_error_code(Status::PROTOCOL_ERROR);
+      c.why = "this channel became rank " + std::to_string(self_rank.load()) + " while connecting";
     }
     if (c.ec) {
+      for (auto& conn : attempt.conns) conn->close(c.ec, c.why);
       complete(std::move(h), c.ec, c.why.empty() ? what : what + ": " + c.why, 0u);
       co_return;
     }
-    add_peer(c.rank, c.conn);
-    complete(std::move(h), error_code{}, what, c.rank);
+    add_peer(c.server_rank, c.conn);
+    complete(std::move(h), error_code{}, what, c.server_rank);
+  }
+
+  void stop_listening() {
+    listening = false;
+    error_code ignored;
+    if (tcp_acceptor) tcp_acceptor->close(ignored);
+    if (uds_acceptor && uds_acceptor->is_open()) {
+      uds_acceptor->close(ignored);
+      ::unlink(uds_path.c_str());
+    }
   }
 
   void close_all() {
     if (closed) return;
     closed = true;
-    error_code ignored;
-    if (tcp_acceptor) tcp_acceptor->close(ignored);
-    if (uds_acceptor) {
-      uds_acceptor->close(ignored);
-      ::unlink(uds_path.c_str());
-    }
+    stop_listening();
     for (const auto& c : std::set<std::shared_ptr<CtrlConnection>>(handshaking))
       c->close(make_error_code(Status::CLOSED), "channel closed");
     handshaking.clear();
-    for (auto& [rank, peer] : peers)
+    for (auto& [rank, p] : std::map<std::uint32_t, Pending>(reserved))
+      p.conn->close(make_error_code(Status::CLOSED), "channel closed");
+    reserved.clear();
+    for (auto& [rank, peer] : peers) {
       if (peer->conn) peer->conn->close(make_error_code(Status::CLOSED), "channel closed");
+      if (!peer->ever_connected) peer->inbox.close(make_error_code(Status::CLOSED));
+    }
     connected.close(make_error_code(Status::CLOSED));
   }
 
   runtime::EventLoop& loop;
   runtime::loop_executor ex;
   CtrlHandlers handlers;
-  const std::uint32_t self_rank;
+  std::atomic<std::uint32_t> self_rank;  // read from any thread by rank()
   const CtrlOptions opts;
+  AuthKey key;
+  std::unique_ptr<asio::ssl::context> tls;
   std::map<std::uint32_t, std::shared_ptr<Peer>> peers;
   runtime::AsyncReadySet<std::uint32_t> connected;  // ranks with a live connection, for async_wait_peer
   std::set<std::shared_ptr<CtrlConnection>> handshaking;
+  std::map<std::uint32_t, Pending> reserved;
+  std::deque<std::uint32_t> losses;  // ranks in the order they were lost, for forget_old_losses
+  std::uint32_t next_assign = 1;
   std::optional<tcp::acceptor> tcp_acceptor;
   std::optional<uds::acceptor> uds_acceptor;
   std::string uds_path;
+  bool listening = false;
   bool closed = false;
+  std::size_t refused = 0;
+  clock::time_point last_refusal_log{};
 };
 
 }  // namespace detail
-
 
 CtrlChannel::CtrlChannel(runtime::EventLoop& loop, std::uint32_t self_rank, CtrlOptions options)
     : loop_(loop), impl_(std::make_shared<detail::CtrlChannelImpl>(loop, self_rank, std::move(options))) {}
 
 CtrlChannel::~CtrlChannel() { close(); }
 
-std::uint32_t CtrlChannel::rank() const noexcept { return impl_->self_rank; }
+std::uint32_t CtrlChannel::rank() const noexcept { return impl_->self_rank.load(); }
 
 void CtrlChannel::set_handlers(CtrlHandlers handlers) {
   loop_.call([&] { impl_->handlers = std::move(handlers); });
@@ -318,53 +676,62 @@ std::uint16_t CtrlChannel::listen(const std::string& bind_ip, std::uint16_t port
     auto& impl = *impl_;
     if (impl.closed) throw ClosedError("listen on a closed control channel");
     if (impl.tcp_acceptor) throw InvalidArgumentError("control channel is already listening");
+    if (impl.self_rank.load() == any_rank) throw InvalidArgumentError("listen: this channel has no rank yet");
     runtime::error_code ec;
     const auto addr = runtime::asio::ip::make_address(bind_ip, ec);
     if (ec) throw InvalidArgumentError("listen: '" + bind_ip + "' is not an IP address");
     detail::tcp::acceptor acc(impl.ex);
-    const detail::tcp::endpoint ep(addr, port);
-    acc.open(ep.protocol(), ec);
-    if (!ec) acc.set_option(detail::tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acc.bind(ep, ec);
-    if (!ec) acc.listen(runtime::asio::socket_base::max_listen_connections, ec);
+    detail::open_tcp_acceptor(acc, detail::tcp::endpoint(addr, port), ec);
     if (ec)
       throw InvalidConfigError("cannot listen on " + bind_ip + ":" + std::to_string(port) + ": " + ec.message());
     const std::uint16_t bound = acc.local_endpoint().port();
     impl.tcp_acceptor.emplace(std::move(acc));
+    impl.listening = true;
     runtime::asio::co_spawn(impl.ex, impl.accept_loop(*impl.tcp_acceptor, "tcp"), runtime::asio::detached);
 
     if (impl.opts.transport != CtrlTransport::tcp) {
-      const std::string path = impl.uds_path_for(bound);
-      ::unlink(path.c_str());  // a stale file from a dead server; the TCP port is ours, so is this name
-      detail::uds::acceptor uacc(impl.ex);
-      uacc.open(detail::uds::endpoint(path).protocol(), ec);
-      if (!ec) uacc.bind(detail::uds::endpoint(path), ec);
-      if (!ec) uacc.listen(runtime::asio::socket_base::max_listen_connections, ec);
-      if (ec) {
-        if (impl.opts.transport == CtrlTransport::uds)
-          throw InvalidConfigError("cannot listen on Unix socket " + path + ": " + ec.message());
-        runtime::log().warn("ctrl: no Unix socket listener at {} ({}); same-host peers will use TCP", path,
-                            ec.message());
-      } else {
-        impl.uds_path = path;
-        impl.uds_acceptor.emplace(std::move(uacc));
-        runtime::asio::co_spawn(impl.ex, impl.accept_loop(*impl.uds_acceptor, "uds"), runtime::asio::detached);
+      std::string problem;
+      try {
+        const auto loc = detail::resolve_uds_location(impl.opts.uds_dir, bound);
+        ::unlink(loc.path().c_str());  // a stale socket of ours: only this user can write in loc.dir
+        detail::uds::acceptor uacc(impl.ex);
+        detail::open_uds_acceptor(uacc, loc.path(), ec);
+        if (ec) {
+          problem = "cannot listen on Unix socket " + loc.path() + ": " + ec.message();
+        } else {
+          impl.uds_path = loc.path();
+          impl.uds_acceptor.emplace(std::move(uacc));
+          runtime::asio::co_spawn(impl.ex, impl.accept_loop(*impl.uds_acceptor, "uds"), runtime::asio::detached);
+        }
+      } catch (const InvalidConfigError& e) {
+        problem = e.what();
+      }
+      if (!problem.empty()) {
+        if (impl.opts.transport == CtrlTransport::uds) {
+          impl.stop_listening();
+          throw InvalidConfigError(problem);
+        }
+        runtime::log().warn("ctrl: {}; same-host peers will use TCP", problem);
       }
     }
-    runtime::log().info("ctrl rank {} listening on {}:{} and {}", impl.self_rank, bind_ip, bound,
-                        impl.uds_path.empty() ? "no Unix socket" : impl.uds_path);
+    runtime::log().info("ctrl rank {} listening on {}:{}{} and {}", impl.self_rank.load(), bind_ip, bound,
+                        impl.tls ? " (TLS)" : "", impl.uds_path.empty() ? "no Unix socket" : impl.uds_path);
     return bound;
   });
 }
 
+void CtrlChannel::stop_listening() {
+  loop_.call([&] { impl_->stop_listening(); });
+}
+
 void CtrlChannel::deliver(std::uint32_t rank, CtrlMessage message) {
   loop_.call([&] {
-    if (impl_->alive(rank)) impl_->peers.at(rank)->inbox.push(std::move(message));
+    if (impl_->alive(rank)) impl_->push_message(impl_->peers.at(rank), std::move(message));
   });
 }
 
 std::string CtrlChannel::uds_path() const {
-  return loop_.call([&] { return impl_->uds_path; });
+  return loop_.call([&] { return impl_->uds_acceptor && impl_->uds_acceptor->is_open() ? impl_->uds_path : ""; });
 }
 
 std::vector<std::uint32_t> CtrlChannel::peers() const {
@@ -379,7 +746,7 @@ std::vector<std::uint32_t> CtrlChannel::peers() const {
 std::string CtrlChannel::transport_of(std::uint32_t rank) const {
   return loop_.call([&] {
     if (!impl_->alive(rank)) throw NotConnectedError("no control connection to rank " + std::to_string(rank));
-    return impl_->peers.at(rank)->conn->transport();
+    return detail::CtrlChannelImpl::transport_name(*impl_->peers.at(rank)->conn);
   });
 }
 
@@ -426,7 +793,8 @@ void CtrlChannel::start_send(const std::shared_ptr<detail::CtrlChannelImpl>& imp
                           what + ": " + std::to_string(m.bytes().size()) + " bytes exceed the maximum frame of " +
                               std::to_string(impl->opts.max_frame_length));
   auto it = impl->peers.find(rank);
-  if (it == impl->peers.end()) return impl->complete(std::move(h), make_error_code(Status::NOT_CONNECTED), what);
+  if (it == impl->peers.end() || !it->second->ever_connected)
+    return impl->complete(std::move(h), make_error_code(Status::NOT_CONNECTED), what);
   if (!impl->alive(rank)) return impl->complete(std::move(h), make_error_code(Status::PEER_LOST), what);
   const auto type = static_cast<detail::FrameType>(m.kind());  // CtrlKind values are the frame types
   it->second->conn->send(detail::encode_frame(type, m.bytes().data(), m.bytes().size()),
@@ -439,15 +807,27 @@ void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& imp
                              std::chrono::milliseconds timeout, recv_handler h) {
   const std::string what = "ctrl_recv from rank " + std::to_string(rank);
   if (impl->closed) return impl->complete(std::move(h), make_error_code(Status::CLOSED), what, CtrlMessage{});
-  auto it = impl->peers.find(rank);
-  if (it == impl->peers.end())
-    return impl->complete(std::move(h), make_error_code(Status::NOT_CONNECTED), what, CtrlMessage{});
+  auto& slot_ref = impl->peers[rank];
+  if (!slot_ref) slot_ref = std::make_shared<detail::CtrlChannelImpl::Peer>(impl->ex);  // wait for rank to connect
+  std::weak_ptr<detail::CtrlChannelImpl::Peer> weak_peer = slot_ref;
   auto slot = runtime::asio::get_associated_cancellation_slot(h);
-  it->second->inbox.async_pop(
-      timeout, runtime::asio::bind_cancellation_slot(
-                   slot, [impl, what, h = std::move(h)](runtime::error_code ec, CtrlMessage msg) mutable {
-                     impl->complete(std::move(h), ec, what, std::move(msg));
-                   }));
+  slot_ref->inbox.async_pop(
+      timeout,
+      runtime::asio::bind_cancellation_slot(
+          slot, [impl, weak_peer, rank, what, h = std::move(h)](runtime::error_code ec, CtrlMessage msg) mutable {
+            std::string context = what;
+            if (auto p = weak_peer.lock()) {
+              if (!ec) {
+                p->inbox_bytes -= std::min(p->inbox_bytes, detail::inbox_cost(msg));
+                if (p->conn && p->inbox_bytes <= impl->opts.inbox_budget / 2) p->conn->resume_reading();
+              } else if (!p->ever_connected) {
+                if (ec == runtime::asio::error::timed_out) context += " (rank " + std::to_string(rank) + " never connected)";
+                auto it = impl->peers.find(rank);
+                if (p->inbox.waiters() == 0 && it != impl->peers.end() && it->second == p) impl->peers.erase(it);
+              }
+            }
+            impl->complete(std::move(h), ec, context, std::move(msg));
+          }));
 }
 
 }  // namespace hmc

@@ -6,6 +6,13 @@
 #include "hmc/error.hpp"
 
 namespace hmc {
+namespace {
+
+void from_env_var(const char* name, std::string& field) {
+  if (const char* v = std::getenv(name); v != nullptr && *v != '\0') field = v;
+}
+
+}  // namespace
 
 CtrlOptions CtrlOptions::from_env() {
   CtrlOptions o;
@@ -16,7 +23,10 @@ CtrlOptions CtrlOptions::from_env() {
     else if (v == "auto") o.transport = CtrlTransport::automatic;
     else throw InvalidConfigError("CTRL_TRANSPORT must be tcp, uds or auto, not '" + std::string(v) + "'");
   }
-  if (const char* d = std::getenv("HMC_CTRL_UDS_DIR"); d != nullptr && *d != '\0') o.uds_dir = d;
+  from_env_var("HMC_CTRL_UDS_DIR", o.uds_dir);
+  from_env_var("HMC_TLS_CERT", o.tls_cert);
+  from_env_var("HMC_TLS_KEY", o.tls_key);
+  from_env_var("HMC_TLS_CA", o.tls_ca);
   return o;
 }
 

@@ -11,6 +11,8 @@
 #include "hmc/memory.hpp"
 #include "hmc/runtime/async_ready_set.hpp"
 #include "hmc/runtime/log.hpp"
+#include "transport/fast_message.hpp"
+#include "transport/transport.hpp"
 #include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_transport.hpp"
 
@@ -25,7 +27,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   SessionImpl(runtime::EventLoop& l, SessionOptions o)
       : loop(l),
         opts(std::move(o)),
-        ucx_context(UcxContext::create(opts.ucx_tls, opts.ucx_net_devices)),
+        ucx_context(UcxContext::create({opts.ucx_tls, opts.ucx_net_devices, opts.ucx_keepalive})),
         buffer(std::make_unique<ConnBuffer>(buffer_memory(), opts.buffer_size)),
         ready(l.executor()) {}
 
@@ -36,27 +38,33 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     return std::shared_ptr<Memory>(Memory::create(opts.mem_type, opts.device_id));
   }
 
+  // The only place that knows which transport carries the data; everything else uses Transport.
   void start_on_loop() {
-    ucx = std::make_unique<UcxTransport>(loop, ucx_context, *buffer, UcxOptions{opts.timeout, opts.max_inflight});
-    ucx->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
+    UcxOptions uo;
+    uo.engine = EngineOptions{opts.timeout, opts.max_inflight};
+    uo.max_message = std::size_t{opts.ctrl.max_frame_length} + 1;  // the kind byte
+    transport = std::make_unique<UcxTransport>(loop, ucx_context, *buffer, uo);
+    transport->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
       if (auto self = weak.lock()) self->peer_down(rank);
     };
-    ucx->on_message = [weak = weak_from_this()](std::uint32_t rank, std::vector<std::byte> bytes) {
+    transport->on_message = [weak = weak_from_this()](std::uint32_t rank, std::span<const std::byte> bytes) {
       if (auto self = weak.lock()) self->fast_message(rank, bytes);
     };
-    ucx->attach();
+    transport->attach();
   }
 
   // The control channel exists once this session knows its own rank (init_server or connect).
   void ensure_ctrl(std::uint32_t self_id, const std::string& uds_dir) {
     if (ctrl) {
-      if (ctrl->rank() != self_id)
+      if (self_id != CtrlChannel::any_rank && ctrl->rank() != self_id)
         throw InvalidArgumentError("self_id " + std::to_string(self_id) + " differs from this session's rank " +
                                    std::to_string(ctrl->rank()));
       return;
     }
     CtrlOptions co = opts.ctrl;
     if (!uds_dir.empty()) co.uds_dir = uds_dir;
+    if (!opts.auth_key.empty()) co.auth_key = opts.auth_key;
+    co.authenticate = opts.authenticate && co.authenticate;
     ctrl = std::make_unique<CtrlChannel>(loop, self_id, co);
     std::weak_ptr<SessionImpl> weak = weak_from_this();
     ctrl->set_handlers(CtrlHandlers{
@@ -68,12 +76,12 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
         }});
   }
 
-  // A control connection came up: send our UCX address, rkey and buffer to the peer.
+  // A control connection came up: send the peer what it needs to reach our buffer.
   void peer_up(std::uint32_t rank) {
-    if (closed || !ucx) return;
-    const auto info = ucx->local_info(ctrl->rank(), advertised_ip, data_port).encode();
+    if (closed || !transport) return;
+    const auto info = transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port});
     ctrl->async_send(rank, CtrlMessage::from_transport(info), [rank](std::exception_ptr e) {
-      if (e) log().warn("could not send UCX peer info to rank {}", rank);
+      if (e) log().warn("could not send the data-plane peer info to rank {}", rank);
     });
   }
 
@@ -82,22 +90,21 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   // the SWITCH until it reads it, so the order the sender chose is the order ctrl_recv sees.
   static constexpr std::array<std::byte, 4> kSwitch{std::byte{'H'}, std::byte{'M'}, std::byte{'C'}, std::byte{'S'}};
 
-  static std::vector<std::byte> encode_fast(const CtrlMessage& m) {
-    std::vector<std::byte> out(1 + m.bytes().size());
-    out[0] = static_cast<std::byte>(m.kind());
-    std::copy(m.bytes().begin(), m.bytes().end(), out.begin() + 1);
-    return out;
-  }
-
-  void fast_message(std::uint32_t rank, const std::vector<std::byte>& bytes) {
-    if (bytes.empty() || !ctrl) return;
-    const auto kind = static_cast<CtrlKind>(std::to_integer<std::uint8_t>(bytes[0]));
-    if (kind != CtrlKind::tag && kind != CtrlKind::bytes) return;
-    CtrlMessage m = CtrlMessage::from_wire(kind, std::vector<std::byte>(bytes.begin() + 1, bytes.end()));
+  // `rank` is who the transport identified by its secret, never what the message claims.
+  void fast_message(std::uint32_t rank, std::span<const std::byte> bytes) {
+    if (!ctrl) return;
+    std::optional<CtrlMessage> m = decode_fast_message(bytes, opts.ctrl.max_frame_length);
+    if (!m) {
+      log().error("rank {} sent a malformed fast-path control message; disconnecting it", rank);
+      return peer_down(rank);
+    }
     if (fast_recv.count(rank) != 0) {
-      ctrl->deliver(rank, std::move(m));
+      ctrl->deliver(rank, std::move(*m));
+    } else if (fast_early[rank].size() < kMaxEarly) {
+      fast_early[rank].push_back(std::move(*m));
     } else {
-      fast_early[rank].push_back(std::move(m));
+      log().error("rank {} sent over {} fast-path messages before its SWITCH; disconnecting it", rank, kMaxEarly);
+      peer_down(rank);
     }
   }
 
@@ -108,21 +115,19 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     for (auto& m : early) ctrl->deliver(rank, std::move(m));
   }
 
-  // The peer's UCX info arrived (before any later control message of theirs): create the endpoint.
+  // The peer's data-plane info arrived (before any later control message of theirs): connect to it.
+  // A second one for a live peer is a protocol violation: it would tear down a working connection
+  // (and its operations) on the peer's say-so, so the offender is disconnected instead.
   void peer_info(std::uint32_t rank, const CtrlMessage& m) {
-    if (closed || !ucx) return;
+    if (closed || !transport) return;
     if (m.bytes().size() == kSwitch.size() && std::equal(kSwitch.begin(), kSwitch.end(), m.bytes().begin()))
       return fast_switch(rank);
-    UcxPeerInfo info;
-    std::string why = UcxPeerInfo::decode(m.bytes(), info);
-    if (why.empty() && info.rank != rank) why = "peer info names rank " + std::to_string(info.rank);
-    if (why.empty() && !ucx->add_peer(info, why)) why = "UCX endpoint: " + why;
+    std::string why = transport->peer(rank) != nullptr ? "a second peer info for a live connection"
+                                                        : transport->add_peer(rank, m.bytes());
     if (!why.empty()) {
       log().error("data connection to rank {} failed: {}; dropping the peer", rank, why);
-      ctrl->disconnect(rank);
-      return;
+      return peer_down(rank);
     }
-    by_address[{info.address_ip, info.data_port}] = rank;
     ready.set(rank);
     if (opts.fast_ctrl) {
       ctrl->async_send(rank, CtrlMessage::from_transport(kSwitch), [](std::exception_ptr) {});
@@ -135,8 +140,38 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     fast_send.erase(rank);
     fast_recv.erase(rank);
     fast_early.erase(rank);
-    if (ucx) ucx->remove_peer(rank, make_error_code(Status::PEER_LOST));
+    dialed.erase(rank);
+    if (transport) transport->remove_peer(rank, make_error_code(Status::PEER_LOST));
     if (ctrl) ctrl->disconnect(rank);
+  }
+
+  // After a connect() to `ip`: the peer must serve the data port the caller named (the reference
+  // API names peers by (ip, data_port); another port would make later lookups miss or, worse, hit
+  // another peer), and it is known by that ip from now on.
+  void connected(std::uint32_t rank, const std::string& ip, std::optional<std::uint16_t> port) {
+    const PeerRecord* p = transport ? transport->peer(rank) : nullptr;
+    if (p == nullptr) throw PeerLostError("connect to " + ip + ": rank " + std::to_string(rank) + " went away");
+    if (port && p->data_port != *port) {
+      const std::uint16_t served = p->data_port;
+      peer_down(rank);
+      throw InvalidArgumentError("the session at " + ip + " (rank " + std::to_string(rank) + ") serves data port " +
+                                 std::to_string(served) + ", not " + std::to_string(*port));
+    }
+    dialed[rank] = ip;
+  }
+
+  // Connected ranks known as `ip` (advertised, or the address connect() dialled) and, when given,
+  // `port` (advertised data port). Entries go with their peer.
+  std::vector<std::uint32_t> ranks_named(const std::string& ip, std::optional<std::uint16_t> port) const {
+    std::vector<std::uint32_t> out;
+    if (!transport) return out;
+    for (std::uint32_t rank : transport->ranks()) {
+      const PeerRecord* p = transport->peer(rank);
+      auto d = dialed.find(rank);
+      const bool ip_matches = p->ip == ip || (d != dialed.end() && d->second == ip);
+      if (ip_matches && (!port || *port == p->data_port) && ready.is_ready(rank)) out.push_back(rank);
+    }
+    return out;
   }
 
   // Checks an operation before anything is sent; the exception says what to fix.
@@ -145,12 +180,14 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     const char* op = is_put ? "put" : "get";
     auto fail = [&](auto error) { return std::make_exception_ptr(error); };
     if (closed) return fail(ClosedError(std::string(op) + " on a closed session"));
-    const UcxPeerInfo* peer = ucx ? ucx->peer(rank) : nullptr;
+    const PeerRecord* peer = transport ? transport->peer(rank) : nullptr;
     if (peer == nullptr || !ready.is_ready(rank))
       return fail(NotConnectedError(std::string(op) + ": no data connection to rank " + std::to_string(rank) +
                                     " (connect() to it, or wait_peer() for a client)"));
     if (segs.empty()) return fail(InvalidArgumentError(std::string(op) + ": empty segment list"));
-    const std::size_t local_size = region == 0 ? buffer->size() : ucx->region_size(region);
+    if (region == kForeignRegion)
+      return fail(InvalidArgumentError(std::string(op) + ": the registered memory belongs to another session"));
+    const std::size_t local_size = transport->region_size(region);
     if (local_size == 0) return fail(InvalidArgumentError(std::string(op) + ": the registered memory was released"));
     if (pipeline && (chunk == 0 || window == 0))
       return fail(InvalidArgumentError(std::string(op) + " pipeline: chunk and max_inflight must be > 0"));
@@ -174,7 +211,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     closed = true;
     ready.close(make_error_code(Status::CLOSED));
     if (ctrl) ctrl->close();
-    ucx.reset();  // fails what is in flight with ClosedError and closes every endpoint
+    transport.reset();  // fails what is in flight with ClosedError and closes every endpoint
   }
 
   runtime::EventLoop& loop;
@@ -182,11 +219,12 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::shared_ptr<UcxContext> ucx_context;
   std::unique_ptr<ConnBuffer> buffer;
   std::unique_ptr<CtrlChannel> ctrl;
-  std::unique_ptr<UcxTransport> ucx;
-  runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable UCX endpoint
-  std::map<std::pair<std::string, std::uint16_t>, std::uint32_t> by_address;
-  std::set<std::uint32_t> fast_send, fast_recv;             // ranks whose control messages use UCX
-  std::map<std::uint32_t, std::vector<CtrlMessage>> fast_early;  // UCX messages that overtook the SWITCH
+  std::unique_ptr<Transport> transport;
+  runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable data connection
+  std::map<std::uint32_t, std::string> dialed;  // rank -> the ip connect() reached it at
+  std::set<std::uint32_t> fast_send, fast_recv;             // ranks whose control messages use the fast path
+  std::map<std::uint32_t, std::vector<CtrlMessage>> fast_early;  // fast-path messages that overtook the SWITCH
+  static constexpr std::size_t kMaxEarly = 4096;            // a sender cannot make us hold more
   std::string advertised_ip;
   std::uint16_t data_port = 0;
   std::uint16_t ctrl_port = 0;
@@ -200,7 +238,7 @@ namespace {
 // A transport completion for the caller: the typed exception (its text built only on failure, so
 // nothing is allocated on the hot path), then the handler run on its own executor.
 template <class Context>
-detail::UcxTransport::Completion to_caller(runtime::loop_executor ex, Session::handler h, Context context) {
+detail::Transport::Completion to_caller(runtime::loop_executor ex, Session::handler h, Context context) {
   return [ex, h = std::move(h), context](runtime::error_code ec) mutable {
     std::exception_ptr e;
     if (ec) e = make_error(ec, context());
@@ -248,9 +286,11 @@ runtime::loop_executor Session::executor() const noexcept { return loop_->execut
 
 void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                           std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir) {
+  // The reference's servers pass an RDMA port too: serve UCX and say why RDMA is off.
   if (rdma_port != 0)
-    throw UnsupportedError("rdma_port " + std::to_string(rdma_port) +
-                           ": the RDMA verbs transport is unsupported in this build; pass 0 and use UCX");
+    detail::log().info("rdma_port {} ignored: this build has no RDMA verbs transport; serving UCX only "
+                       "(ConnType::RDMA transfers fail with UnsupportedError)",
+                       rdma_port);
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("init_server on a closed session");
     impl_->ensure_ctrl(self_id, ctrl_uds_dir);
@@ -259,6 +299,31 @@ void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, st
   });
   const std::uint16_t bound = impl_->ctrl->listen(bind_ip, ctrl_tcp_port);
   loop_->call([&] { impl_->ctrl_port = bound; });
+}
+
+void Session::init_server(const std::string& ip, std::uint16_t ctrl_port) {
+  loop_->call([&] {
+    if (impl_->closed) throw ClosedError("init_server on a closed session");
+    impl_->ensure_ctrl(0, {});
+    impl_->advertised_ip = ip == "0.0.0.0" ? impl_->opts.local_ip : ip;
+    impl_->data_port = ctrl_port;  // the one public port is also how clients name this session
+  });
+  const std::uint16_t bound = impl_->ctrl->listen(ip, ctrl_port);
+  loop_->call([&] { impl_->ctrl_port = impl_->data_port = bound; });
+}
+
+void Session::close_server() {
+  loop_->call([&] {
+    if (impl_->ctrl) impl_->ctrl->stop_listening();
+  });
+}
+
+std::uint32_t Session::rank() const {
+  return loop_->call([&] {
+    if (!impl_->ctrl || impl_->ctrl->rank() == CtrlChannel::any_rank)
+      throw NotConnectedError("rank: not assigned yet; call init_server() or connect() first");
+    return impl_->ctrl->rank();
+  });
 }
 
 std::uint16_t Session::ctrl_port() const {
@@ -288,7 +353,25 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
                                std::to_string(rank) + ", not peer_id " + std::to_string(peer_id));
   }
   wait_peer(rank, o.timeout);
-  loop_->call([&] { impl_->by_address[{peer_ip, data_port}] = rank; });
+  loop_->call([&] { impl_->connected(rank, peer_ip, data_port); });
+  return rank;
+}
+
+std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn) {
+  if (conn == ConnType::RDMA)
+    throw UnsupportedError("ConnType::RDMA: the verbs transport is unsupported in this build; use ConnType::UCX");
+  forbid_loop_thread(*loop_, "connect");
+  loop_->call([&] {
+    if (impl_->closed) throw ClosedError("connect on a closed session");
+    impl_->ensure_ctrl(CtrlChannel::any_rank, {});
+    if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
+  });
+  const auto& o = impl_->opts;
+  const std::uint32_t rank =
+      wait_for(impl_->ctrl->async_connect(ip, ctrl_port, o.timeout, runtime::asio::use_future), wait_budget(o),
+               "connect to " + ip + ":" + std::to_string(ctrl_port));
+  wait_peer(rank, o.timeout);
+  loop_->call([&] { impl_->connected(rank, ip, std::nullopt); });  // known by the dialled ip; any data port
   return rank;
 }
 
@@ -306,23 +389,41 @@ void Session::wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout) {
 }
 
 std::vector<std::uint32_t> Session::peers() const {
-  return loop_->call([&] { return impl_->ucx ? impl_->ucx->ranks() : std::vector<std::uint32_t>{}; });
+  return loop_->call([&] { return impl_->transport ? impl_->transport->ranks() : std::vector<std::uint32_t>{}; });
+}
+
+std::uint32_t Session::resolve_peer(const std::string& ip, std::optional<std::uint16_t> data_port) const {
+  return loop_->call([&] {
+    const std::string name = data_port ? ip + ":" + std::to_string(*data_port) : ip;
+    const std::vector<std::uint32_t> ranks = impl_->ranks_named(ip, data_port);
+    if (ranks.empty()) throw NotConnectedError("no connected peer at " + name);
+    if (ranks.size() > 1) {
+      std::string list;
+      for (std::uint32_t r : ranks) {
+        const detail::PeerRecord* p = impl_->transport->peer(r);
+        list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (" + p->ip + ":" +
+                                              std::to_string(p->data_port) + ")");
+      }
+      throw InvalidArgumentError(std::to_string(ranks.size()) + " peers match " + name + ": " + list +
+                                 "; name one by rank" + (data_port ? "" : " or by ip:port"));
+    }
+    return ranks.front();
+  });
 }
 
 std::uint32_t Session::rank_of(const std::string& ip, std::uint16_t data_port) const {
   return loop_->call([&] {
-    auto it = impl_->by_address.find({ip, data_port});
-    if (it == impl_->by_address.end())
-      throw NotFoundError("no peer known as " + ip + ":" + std::to_string(data_port));
-    return it->second;
+    const std::vector<std::uint32_t> ranks = impl_->ranks_named(ip, data_port);
+    if (ranks.empty()) throw NotFoundError("no peer known as " + ip + ":" + std::to_string(data_port));
+    return ranks.front();
   });
 }
 
 std::string Session::transports(std::uint32_t rank) const {
   return loop_->call([&] {
-    if (!impl_->ucx || impl_->ucx->peer(rank) == nullptr)
+    if (!impl_->transport || impl_->transport->peer(rank) == nullptr)
       throw NotConnectedError("no data connection to rank " + std::to_string(rank));
-    return impl_->ucx->transports_in_use(rank);
+    return impl_->transport->carriers(rank);
   });
 }
 
@@ -332,17 +433,23 @@ void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl
   const auto ex = impl->loop.executor();
   if (auto error = impl->validate(is_put, peer, region, segments, chunk, window, pipeline))
     return runtime::complete_later(ex, std::move(h), error);
-  impl->ucx->submit(detail::RmaRequest{peer, is_put, region, std::move(segments), pipeline ? chunk : 0, window, {}},
-                    to_caller(ex, std::move(h), [is_put, peer] {
-                      return std::string(is_put ? "put to rank " : "get from rank ") + std::to_string(peer);
-                    }));
+  detail::OpRequest request;
+  request.rank = peer;
+  request.kind = is_put ? detail::OpKind::put : detail::OpKind::get;
+  request.region = region;
+  request.segments = std::move(segments);
+  request.chunk = pipeline ? chunk : 0;
+  request.window = window;
+  impl->transport->submit(std::move(request), to_caller(ex, std::move(h), [is_put, peer] {
+                            return std::string(is_put ? "put to rank " : "get from rank ") + std::to_string(peer);
+                          }));
 }
 
 RegisteredMemory Session::register_memory(void* data, std::size_t size, MemoryType type) {
   if (data == nullptr || size == 0) throw InvalidArgumentError("register_memory: null pointer or zero size");
   const std::uint64_t id = loop_->call([&] {
-    if (impl_->closed || !impl_->ucx) throw ClosedError("register_memory on a closed session");
-    return impl_->ucx->register_region(data, size, type);
+    if (impl_->closed || !impl_->transport) throw ClosedError("register_memory on a closed session");
+    return impl_->transport->register_region(data, size, type);
   });
   return RegisteredMemory(this, alive_, id, data, size);
 }
@@ -350,7 +457,7 @@ RegisteredMemory Session::register_memory(void* data, std::size_t size, MemoryTy
 void Session::unregister_memory(std::uint64_t id) noexcept {
   try {
     loop_->call([&] {
-      if (impl_->ucx) impl_->ucx->unregister_region(id);
+      if (impl_->transport) impl_->transport->unregister_region(id);
     });
   } catch (const std::exception& e) {
     detail::log().warn("unregistering memory region {}: {}", id, e.what());
@@ -359,10 +466,7 @@ void Session::unregister_memory(std::uint64_t id) noexcept {
 
 std::vector<std::uint32_t> Session::ranks_at(const std::string& ip) const {
   return loop_->call([&] {
-    std::vector<std::uint32_t> out;
-    for (const auto& [address, rank] : impl_->by_address)
-      if (address.first == ip && impl_->ready.is_ready(rank)) out.push_back(rank);
-    return out;
+    return impl_->ranks_named(ip, std::nullopt);
   });
 }
 
@@ -476,20 +580,20 @@ void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, 
         impl->loop.executor(), std::move(h),
         impl->closed ? std::make_exception_ptr(ClosedError("ctrl_send on a closed session"))
                      : std::make_exception_ptr(NotConnectedError("ctrl_send: init_server() or connect() first")));
-  if (impl->fast_send.count(peer) != 0 && impl->ucx) {
+  if (impl->fast_send.count(peer) != 0 && impl->transport) {
     if (m.bytes().size() > impl->opts.ctrl.max_frame_length)
       return runtime::complete_later(
           impl->loop.executor(), std::move(h),
           std::make_exception_ptr(InvalidArgumentError("ctrl_send: " + std::to_string(m.bytes().size()) +
                                                        " bytes exceed the maximum control message of " +
                                                        std::to_string(impl->opts.ctrl.max_frame_length))));
-    detail::RmaRequest request;
+    detail::OpRequest request;
     request.rank = peer;
-    request.is_put = false;
-    request.message = detail::SessionImpl::encode_fast(m);
-    return impl->ucx->submit(std::move(request), to_caller(impl->loop.executor(), std::move(h), [peer] {
-                               return "ctrl_send to rank " + std::to_string(peer);
-                             }));
+    request.kind = detail::OpKind::message;
+    request.message = detail::encode_fast_message(m);
+    return impl->transport->submit(std::move(request), to_caller(impl->loop.executor(), std::move(h), [peer] {
+                                     return "ctrl_send to rank " + std::to_string(peer);
+                                   }));
   }
   impl->ctrl->async_send(peer, std::move(m), std::move(h));
 }

@@ -1,18 +1,22 @@
 """HMC: asynchronous one-sided transfers between peers' registered buffers (UCX), with a control
 channel for tags. `create_session` gives the blocking reference API; `AsyncSession` the same
-methods as asyncio coroutines."""
+methods as asyncio awaitables. Which names are the reference's and which are ours: README.md."""
 from ._enums import ConnType, MemoryType, Status
 from ._errors import (AuthenticationError, CancelledError, ClosedError, HMCError, InvalidArgumentError,
-                      InvalidConfigError, NotConnectedError, NotFoundError, OutOfRangeError, PeerLostError, ProtocolError, TimeoutError,
-                      UnsupportedError)
+                      InvalidConfigError, NotConnectedError, NotFoundError, OutOfRangeError, PeerLostError, ProtocolError,
+                      TimeoutError, UnsupportedError)
+from ._reference import HMCStatusError, memory_supported, memory_type_from_torch_tensor, status_t
+from ._runtime import get_and_clear_last_err_msg, get_last_err_msg, get_log_level, set_extern_logger, set_log_level
 from .aio import AsyncSession
 from .future import Future
-from .session import BufferView, RegisteredBuffer, Session, create_session, memory_type_available
+from .session import BufferView, IOBuffer, RegisteredBuffer, Session, create_session, memory_type_available
 from .world import AsyncWorld, RankSession, Store, World, init_async_world, init_world, wrap_store  # noqa: F401
 
 __all__ = [
     "AsyncSession", "AuthenticationError", "BufferView", "CancelledError", "ClosedError", "ConnType", "Future",
-    "HMCError", "InvalidArgumentError", "InvalidConfigError", "MemoryType", "NotConnectedError", "NotFoundError",
-    "OutOfRangeError", "PeerLostError", "ProtocolError", "RegisteredBuffer", "Session", "Status", "TimeoutError",
-    "UnsupportedError", "create_session", "memory_type_available",
+    "HMCError", "HMCStatusError", "IOBuffer", "InvalidArgumentError", "InvalidConfigError", "MemoryType",
+    "NotConnectedError", "NotFoundError", "OutOfRangeError", "PeerLostError", "ProtocolError", "RegisteredBuffer",
+    "Session", "Status", "TimeoutError", "UnsupportedError", "create_session", "get_and_clear_last_err_msg",
+    "get_last_err_msg", "get_log_level", "memory_supported", "memory_type_available", "memory_type_from_torch_tensor",
+    "set_extern_logger", "set_log_level", "status_t",
 ]

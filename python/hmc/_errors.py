@@ -1,13 +1,20 @@
 """The exception hierarchy. The C++ core raises these through by_status() (its one translator)."""
 import builtins
+import threading
 
 from ._enums import Status
+
+last_error = threading.local()  # .message: the last HMCError created in this thread (hmc.get_last_err_msg)
 
 
 class HMCError(Exception):
     """Base of every HMC error; `status` is the hmc.Status code."""
 
     status = Status.ERROR
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        last_error.message = str(self)
 
 
 class TimeoutError(HMCError, builtins.TimeoutError):  # noqa: A001 - the reference name

@@ -44,7 +44,7 @@ def _returns_code(fn):
 def _address(buffer):
     if isinstance(buffer, int):
         return buffer
-    if _payload._is_tensor(buffer):
+    if _payload.is_tensor(buffer):
         return buffer.data_ptr()
     import ctypes
 

@@ -1,16 +1,28 @@
-"""The blocking Session: the reference API, each call releasing the GIL while it waits."""
-from . import _payload
+"""The Session: one C++ hmc::Session (buffer, control channel, UCX endpoints) behind the reference
+API. Every method is written once: a blocking call ends in `_finish` (wait for the operation) or
+`_call` (run a blocking core call); aio.AsyncSession overrides those two hooks to return awaitables,
+so both styles share one code path. The reference's extra names are thin aliases in _reference.py.
+"""
+import collections
+import inspect
+import threading
+import time
+
+from . import _args, _payload
 from ._enums import ConnType, MemoryType
-from ._errors import InvalidArgumentError, NotConnectedError, NotFoundError, TimeoutError, UnsupportedError
+from ._errors import InvalidArgumentError, TimeoutError
 from ._hmc import Core, memory_available
+from ._reference import ReferenceBuffer, ReferenceSession
 from .future import Future
 
 DEFAULT_BUFFER_SIZE = 128 << 20
+_KEEP_IDS = 4096  # finished operations still waitable by id (Session.wait) once more have been issued
 
 
 class RegisteredBuffer:
     """A user array/tensor registered for zero-copy transfers (Session.register). Pass it to
-    put()/get_into() instead of plain data; call release() (or use `with`) when done."""
+    put()/get_into() instead of plain data; call release() (or use `with`) when done. Operations
+    in flight keep the registration (and the object) alive until they are done."""
 
     def __init__(self, registered, obj, nbytes):
         self._reg = registered
@@ -27,8 +39,10 @@ class RegisteredBuffer:
         self.release()
 
 
-class BufferView:
-    """sess.buf: the session's registered buffer, with bounds-checked copies in and out."""
+class IOBuffer(ReferenceBuffer):
+    """sess.buf: the session's registered buffer with bounds-checked copies in and out. The
+    reference's directional names (buffer_put_*: external -> buffer, buffer_get_*: buffer ->
+    external) come from ReferenceBuffer and act on the same buffer."""
 
     def __init__(self, core):
         self._core = core
@@ -36,64 +50,171 @@ class BufferView:
     def __len__(self):
         return self._core.buffer_size()
 
-    def put(self, obj, offset=0, device=None):
-        """Copies obj (bytes, array, tensor, ...) into the buffer at offset; returns nbytes."""
-        dev = _payload.device_of(obj) if device in (None, "cuda") else None
-        if dev is not None or device == "cuda":
-            if dev is None:
-                raise InvalidArgumentError("device='cuda' needs a CUDA tensor")
-            n = _payload.nbytes(obj)
-            self._core.device_copy(True, obj.data_ptr(), n, offset, int(MemoryType.NVIDIA_GPU), dev[1])
-            return n
-        return self._core.write(_payload.source(obj), offset)
+    @property
+    def size(self):
+        return self._core.buffer_size()
 
-    def get_into(self, obj, nbytes=None, offset=0, device=None):
-        """Copies nbytes (default: all of obj) from the buffer at offset into obj; returns nbytes."""
-        dev = _payload.device_of(obj)
-        if dev is not None or device == "cuda":
-            if dev is None:
-                raise InvalidArgumentError("device='cuda' needs a CUDA tensor")
-            n = _payload.nbytes(obj) if nbytes is None else nbytes
-            self._core.device_copy(False, obj.data_ptr(), n, offset, int(MemoryType.NVIDIA_GPU), dev[1])
-            return n
-        return self._core.read_into(_payload.destination(obj), nbytes, offset)
+    @property
+    def ptr(self):
+        return self._core.buffer_ptr()
+
+    @property
+    def mem_type(self):
+        return MemoryType(self._core.buffer_mem_type())
+
+    @property
+    def device_id(self):
+        return self._core.buffer_device_id()
+
+    def put(self, data, offset=0, device=None, *, nbytes=None):
+        """Copies data (bytes-like, array, tensor; with device='ptr' a device pointer and nbytes)
+        into the buffer at offset; returns the bytes copied. nbytes copies only a prefix."""
+        offset = _args.offset(offset, "offset")
+        device = _args.device(device)
+        nbytes = _args.optional_size(nbytes, "nbytes")
+        if device == "ptr":
+            return self._at_pointer(True, data, nbytes, offset)
+        if device == "cuda" or _payload.device_of(data) is not None:
+            return self._cuda(True, data, nbytes, offset)
+        src = _payload.source(data, "data")
+        if nbytes is not None:
+            src = _payload.prefix(src, nbytes, "nbytes")
+        return self._core.write(src, offset)
+
+    def get_into(self, dest, nbytes=None, offset=0, device=None):
+        """Copies nbytes (default: all of dest) from the buffer at offset into dest; returns nbytes."""
+        nbytes = _args.optional_size(nbytes, "nbytes")
+        offset = _args.offset(offset, "offset")
+        device = _args.device(device)
+        if device == "ptr":
+            return self._at_pointer(False, dest, nbytes, offset)
+        if device == "cuda" or _payload.device_of(dest) is not None:
+            return self._cuda(False, dest, nbytes, offset)
+        return self._core.read_into(_payload.destination(dest, "dest"), nbytes, offset)
 
     def get_bytes(self, offset, nbytes):
-        return self._core.read_bytes(offset, nbytes)
+        return self._core.read_bytes(_args.offset(offset, "offset"), _args.integer(nbytes, "nbytes"))
 
     def copy_within(self, dst_offset, src_offset, nbytes):
-        self._core.copy_within(dst_offset, src_offset, nbytes)
+        self._core.copy_within(_args.offset(dst_offset, "dst_offset"), _args.offset(src_offset, "src_offset"),
+                               _args.integer(nbytes, "nbytes"))
+
+    def _device_type(self):
+        """The memory type a raw device pointer is taken to be: the buffer's own GPU type, else CUDA."""
+        own = self.mem_type
+        return own if own not in (MemoryType.CPU, MemoryType.DEFAULT) else MemoryType.NVIDIA_GPU
+
+    def _at_pointer(self, into, ptr, nbytes, offset):
+        if nbytes is None:
+            raise InvalidArgumentError("device='ptr' needs nbytes")
+        ptr = _args.integer(ptr, "ptr (a device pointer)", minimum=1)
+        _payload.require_memory(self._device_type(), self.device_id, "device='ptr'")
+        self._core.copy_ptr(into, ptr, nbytes, offset, int(self._device_type()), self.device_id)
+        return nbytes
+
+    def _cuda(self, into, t, nbytes, offset):
+        index = _payload.cuda_device(t, "device='cuda'")
+        if not t.is_contiguous():
+            if not into:
+                raise InvalidArgumentError("dest: the CUDA tensor must be contiguous")
+            t = t.contiguous()
+        n = _payload.nbytes(t) if nbytes is None else nbytes
+        if n > _payload.nbytes(t):
+            raise InvalidArgumentError(f"nbytes={n} exceeds the tensor's {_payload.nbytes(t)} bytes")
+        self._core.copy_ptr(into, t.data_ptr(), n, offset, int(MemoryType.NVIDIA_GPU), index)
+        return n
 
 
-class Session:
+BufferView = IOBuffer  # the name this package used first
+
+
+class Session(ReferenceSession):
     """One registered buffer, a control channel and UCX endpoints to peers (see create_session)."""
+
+    _notify = False  # blocking operations are waited for, not announced to an event loop
 
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
                  local_ip=None, *, progress_mode="event", ucx_tls=None, ucx_net_devices=None, timeout=30.0,
                  ctrl_uds_dir=None):
-        if num_chs < 1:
-            raise InvalidArgumentError("num_chs must be >= 1")
-        self._core = Core(buffer_size, int(mem_type), device_id, local_ip or "", progress_mode, ucx_tls or "",
-                          ucx_net_devices or "", float(timeout), ctrl_uds_dir or "")
-        self.buf = BufferView(self._core)
-        self.timeout = float(timeout)
-        self.num_chs = num_chs  # kept for the reference API: UCX uses one endpoint per peer
+        device_id = _args.integer(device_id, "device_id", 0, (1 << 31) - 1)
+        size = _args.buffer_size(buffer_size)
+        mem = _args.mem_type(mem_type)
+        self.num_chs = _args.integer(num_chs, "num_chs", 1, 1 << 16)  # the reference's; UCX uses one endpoint
+        local_ip = None if local_ip in (None, "") else _args.ip(local_ip, "local_ip")
+        if progress_mode not in ("event", "poll", "hybrid"):
+            raise InvalidArgumentError(f"progress_mode must be 'event', 'poll' or 'hybrid', not {progress_mode!r}")
+        self.timeout = _args.session_timeout(timeout)
+        self._core = Core(size, int(mem), device_id, local_ip or "", progress_mode, _args.text(ucx_tls, "ucx_tls"),
+                          _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
+                          _args.text(ctrl_uds_dir, "ctrl_uds_dir"))
+        self.buf = IOBuffer(self._core)
+        self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)
+        self._issued_lock = threading.Lock()
 
-    # -- connection -----------------------------------------------------------------------
-    def init_server(self, bind_ip, ucx_port, rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir=None):
-        self._core.init_server(bind_ip, ucx_port, rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir or "")
+    # -- the two hooks AsyncSession overrides -------------------------------------------------
+    def _finish(self, op, timeout=None, then=None):
+        """Waits for op (timeout None: the session timeout + 1 s, so the op's own error comes
+        first), raises its error, returns then() (or None)."""
+        limit = self.timeout + 1.0 if timeout is None else timeout
+        if not op.wait(limit):
+            raise TimeoutError(f"operation not complete after {limit} s (it keeps running)")
+        op.result()
+        return then() if then is not None else None
+
+    def _call(self, fn, *args):
+        return fn(*args)
+
+    def _future(self, op):
+        return Future(op, None, self.timeout + 1.0)
+
+    # -- connection -----------------------------------------------------------------------------
+    def init_server(self, *args, **kwargs):
+        """Two forms: init_server(bind_ip, ucx_port, rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir=None)
+        (README: this session is rank self_id; a non-zero rdma_port is accepted, UCX is served) and
+        init_server(ip, port, conn=ConnType.UCX) (SDK guide: rank 0, clients get 1, 2, ...)."""
+        return self._by_form("init_server", (self._init_server_readme, self._init_server_sdk), args, kwargs)
+
+    def _init_server_readme(self, bind_ip, ucx_port, rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir=None):
+        return self._call(self._core.init_server, _args.ip(bind_ip, "bind_ip"), _args.port(ucx_port, "ucx_port"),
+                          _args.port(rdma_port, "rdma_port"), _args.port(ctrl_tcp_port, "ctrl_tcp_port"),
+                          _args.rank(self_id, "self_id"), _args.text(ctrl_uds_dir, "ctrl_uds_dir"))
+
+    def _init_server_sdk(self, ip, port, conn=ConnType.UCX):
+        _args.conn(conn)
+        return self._call(self._core.init_server_sdk, _args.ip(ip), _args.port(port))
+
+    def connect(self, *args, **kwargs):
+        """Two forms, each returning the server's rank once data can flow both ways:
+        connect(peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX) (README)
+        and connect(ip, port, conn=ConnType.UCX) (SDK guide: the server assigns this session's rank)."""
+        return self._by_form("connect", (self._connect_readme, self._connect_sdk), args, kwargs)
+
+    def _connect_readme(self, peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX):
+        return self._call(self._core.connect, _args.rank(peer_id, "peer_id"), _args.rank(self_id, "self_id"),
+                          _args.ip(peer_ip, "peer_ip"), _args.port(data_port, "data_port"),
+                          _args.port(ctrl_tcp_port, "ctrl_tcp_port"), int(_args.conn(conn)))
+
+    def _connect_sdk(self, ip, port, conn=ConnType.UCX):
+        return self._call(self._core.connect_sdk, _args.ip(ip), _args.port(port), int(_args.conn(conn)))
+
+    @staticmethod
+    def _by_form(what, methods, args, kwargs):
+        method, arguments = _args.form([(m, inspect.signature(m)) for m in methods], args, kwargs, what)
+        return method(**arguments)
+
+    def wait_peer(self, rank, timeout=None):
+        """Waits until a client `rank` is connected (server side)."""
+        return self._call(self._core.wait_peer, _args.rank(rank), _args.timeout(timeout))
 
     @property
     def ctrl_port(self):
         return self._core.ctrl_port()
 
-    def connect(self, peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX):
-        """Connects to a server; returns its rank once data can flow both ways."""
-        return self._core.connect(peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, int(conn))
-
-    def wait_peer(self, rank, timeout=None):
-        """Waits until a client `rank` is connected (server side)."""
-        self._core.wait_peer(rank, timeout)
+    @property
+    def rank(self):
+        """This session's rank once init_server/connect fixed it (None before, or in builds
+        without the SDK form's rank assignment)."""
+        return self._core.rank()
 
     def peers(self):
         return self._core.peers()
@@ -101,15 +222,22 @@ class Session:
     def transports(self, peer):
         return self._core.transports(self._rank(peer))
 
-    def disconnect(self, peer, conn=ConnType.UCX, data_port=None):
-        self._check_conn(conn)
-        self._core.disconnect(self._rank(peer, data_port))
+    def disconnect(self, peer, port=None, conn=ConnType.UCX):
+        """Drops one peer: disconnect(ip, port, conn) (reference), disconnect(ip, conn) (SDK guide),
+        or a rank / 'ip:port'."""
+        if isinstance(port, ConnType):
+            port, conn = None, port
+        _args.conn(conn)
+        return self._call(self._core.disconnect, self._rank(peer, port))
 
     def close_server(self):
-        self.close()
+        """Stops the control listener; connected peers keep working (close() ends everything)."""
+        return self._call(self._core.close_server)
 
     def close(self):
-        self._core.close()
+        """Ends the session. Calls in flight in other threads finish or fail with ClosedError
+        first; safe from a Future callback."""
+        return self._call(self._core.close)
 
     def __enter__(self):
         return self
@@ -117,188 +245,230 @@ class Session:
     def __exit__(self, *exc):
         self.close()
 
-    # -- one-sided transfers ----------------------------------------------------------------
-    def put_remote(self, peer_ip, data_port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None):
-        self.put_nb(peer_ip, data_port, local_off, remote_off, nbytes, conn).result(self._wait(timeout))
+    # -- one-sided transfers ----------------------------------------------------------------------
+    def put_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None):
+        """Puts local [local_off, +nbytes) to the peer's [remote_off, +nbytes); the bytes are in the
+        peer's buffer on return. port None: the only peer at ip."""
+        timeout = _args.timeout(timeout)
+        return self._finish(self._rma_op(True, ip, port, local_off, remote_off, nbytes, conn), timeout)
 
-    def get_remote(self, peer_ip, data_port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None):
-        self.get_nb(peer_ip, data_port, local_off, remote_off, nbytes, conn).result(self._wait(timeout))
+    def get_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None):
+        timeout = _args.timeout(timeout)
+        return self._finish(self._rma_op(False, ip, port, local_off, remote_off, nbytes, conn), timeout)
 
-    def put_nb(self, peer_ip, data_port, local_off, remote_off, nbytes, conn=ConnType.UCX):
-        self._check_conn(conn)
-        return self._future(self._core.rma(True, self._rank(peer_ip, data_port), local_off, remote_off, nbytes,
-                                           self._notify))
+    def put_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX):
+        """Starts a put; returns an hmc.Future (its .id is what the reference returned)."""
+        return self._issue(self._rma_op(True, ip, port, local_off, remote_off, nbytes, conn))
 
-    def get_nb(self, peer_ip, data_port, local_off, remote_off, nbytes, conn=ConnType.UCX):
-        self._check_conn(conn)
-        return self._future(self._core.rma(False, self._rank(peer_ip, data_port), local_off, remote_off, nbytes,
-                                           self._notify))
+    def get_nb(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX):
+        return self._issue(self._rma_op(False, ip, port, local_off, remote_off, nbytes, conn))
 
-    def wait(self, futures, timeout=None):
-        """Waits for one Future or a list; raises the first error after all are done."""
-        if isinstance(futures, Future):
-            return futures.result(self._wait(timeout))
+    def wait(self, ops, timeout=None):
+        """Waits for one operation (a Future or its id) or a list of them, all within timeout;
+        raises the first error after all are done."""
+        futures = self._futures_of(ops)
+        timeout = _args.timeout(timeout)
+        deadline = time.monotonic() + (self.timeout + 1.0 if timeout is None else timeout)
         first = None
         for f in futures:
             try:
-                f.result(self._wait(timeout))
+                f.result(max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 raise
             except Exception as e:  # noqa: BLE001 - re-raised below
                 first = first or e
         if first is not None:
             raise first
-        return None
 
-    def put_batch(self, peer, segments, timeout=None):
+    def put_batch(self, peer, segments, conn=ConnType.UCX, timeout=None):
         """segments: [(local_off, remote_off, nbytes), ...]; one completion, one flush."""
-        self._future(self._core.batch(True, self._rank(peer), list(segments), self._notify)).result(
-            self._wait(timeout))
+        timeout = _args.timeout(timeout)
+        return self._finish(self._batch_op(True, peer, segments, conn), timeout)
 
-    def get_batch(self, peer, segments, timeout=None):
-        self._future(self._core.batch(False, self._rank(peer), list(segments), self._notify)).result(
-            self._wait(timeout))
+    def get_batch(self, peer, segments, conn=ConnType.UCX, timeout=None):
+        timeout = _args.timeout(timeout)
+        return self._finish(self._batch_op(False, peer, segments, conn), timeout)
 
-    def put_pipeline(self, peer, local_off, remote_off, nbytes, chunk=1 << 20, max_inflight=8, timeout=None):
-        self._future(self._core.pipeline(True, self._rank(peer), local_off, remote_off, nbytes, chunk, max_inflight,
-                                         self._notify)).result(self._wait(timeout))
+    def put_pipeline(self, peer, local_off, remote_off, nbytes, chunk=1 << 20, max_inflight=8, conn=ConnType.UCX,
+                     timeout=None):
+        timeout = _args.timeout(timeout)
+        return self._finish(self._pipeline_op(True, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn),
+                            timeout)
 
-    def get_pipeline(self, peer, local_off, remote_off, nbytes, chunk=1 << 20, max_inflight=8, timeout=None):
-        self._future(self._core.pipeline(False, self._rank(peer), local_off, remote_off, nbytes, chunk, max_inflight,
-                                         self._notify)).result(self._wait(timeout))
+    def get_pipeline(self, peer, local_off, remote_off, nbytes, chunk=1 << 20, max_inflight=8, conn=ConnType.UCX,
+                     timeout=None):
+        timeout = _args.timeout(timeout)
+        return self._finish(self._pipeline_op(False, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn),
+                            timeout)
 
-    # -- one-call helpers ---------------------------------------------------------------------
-    def put(self, ip, data, bias=0, size=None, timeout=None):
-        """Puts data to the peer at remote offset `bias` (staged at local offset `bias`, or straight
-        from a RegisteredBuffer). Returns nbytes."""
-        return self._wait_op(self._put_op(ip, data, bias, size), timeout)
+    # -- one-call helpers (stage through the buffer at offset `bias` on both sides) -----------------
+    def put(self, ip, data, bias=0, conn=ConnType.UCX, size=None, timeout=None):
+        """Puts data to the peer's offset `bias` (staged at local offset `bias`, or straight from a
+        RegisteredBuffer; CUDA tensors through the device path). Returns nbytes. `conn` and `bias`
+        may come third in either order, as in the guides."""
+        timeout = _args.timeout(timeout)
+        op, n = self._put_op(ip, data, bias, conn, size)
+        return self._finish(op, timeout, lambda: n)
 
-    def get(self, ip, size, bias=0, timeout=None):
-        """Gets `size` bytes from the peer's offset `bias`; returns them as bytes."""
-        self.get_remote(ip, None, bias, bias, size, timeout=timeout)
-        return self._core.read_bytes(bias, size)
+    def get(self, ip, size, bias=0, conn=ConnType.UCX, timeout=None):
+        """Gets `size` bytes from the peer's offset `bias`; returns them as bytes. The guide's order
+        get(size, ip, ...) works too."""
+        if _is_count(ip) and isinstance(size, (str, tuple)):
+            ip, size = size, ip
+        timeout = _args.timeout(timeout)
+        bias, _ = _args.bias_and_conn(bias, conn)
+        size = _args.size(size, "size")
+        op = self._core.rma(False, self._rank(ip), bias, bias, size, self._notify)
+        return self._finish(op, timeout, lambda: self._core.read_bytes(bias, size))
 
-    def get_into(self, ip, dest, bias=0, size=None, timeout=None):
-        """Gets into dest (writable array/tensor/bytearray, or a RegisteredBuffer: zero-copy)."""
-        return self._wait_op(self._get_into_op(ip, dest, bias, size), timeout)
+    def get_into(self, ip, dest, bias=0, conn=ConnType.UCX, size=None, timeout=None):
+        """Gets into dest (writable array/tensor/bytearray; a CUDA tensor; or a RegisteredBuffer:
+        zero-copy); size defaults to all of dest. Returns nbytes."""
+        timeout = _args.timeout(timeout)
+        bias, _ = _args.bias_and_conn(bias, conn)
+        size = _args.optional_size(size, "size")
+        if isinstance(dest, RegisteredBuffer):
+            n = _fits(dest.nbytes, size)
+            op = self._core.registered_rma(False, dest._reg, 0, self._rank(ip), bias, n, self._notify)
+            return self._finish(op, timeout, lambda: n)
+        if _payload.device_of(dest) is not None:
+            n = _fits(_payload.nbytes(dest), size)
+            op = self._core.rma(False, self._rank(ip), bias, bias, n, self._notify)
+            return self._finish(op, timeout, lambda: self.buf.get_into(dest, n, bias, "cuda"))
+        dst = _payload.destination(dest, "dest")
+        n = _fits(_payload.nbytes(dst), size)
+        op = self._core.rma(False, self._rank(ip), bias, bias, n, self._notify)
+        return self._finish(op, timeout, lambda: self._core.read_into(dst, n, bias))
 
     def register(self, obj):
         """Registers an array/tensor/buffer for zero-copy put()/get_into()."""
         dev = _payload.device_of(obj)
-        n = _payload.nbytes(obj)
         if dev is not None:
+            n = _payload.nbytes(obj)
             reg = self._core.register(obj, int(MemoryType.NVIDIA_GPU), obj.data_ptr(), n)
         else:
-            reg = self._core.register(_payload.destination(obj) if _writable(obj) else _payload.source(obj),
-                                      int(MemoryType.CPU), 0, n)
+            view = _payload.destination(obj, "obj") if _payload.writable(obj) else _payload.source(obj, "obj")
+            n = _payload.nbytes(view)
+            reg = self._core.register(view, int(MemoryType.CPU), 0, n)
         return RegisteredBuffer(reg, obj, n)
 
-    # -- control messages -----------------------------------------------------------------------
+    # -- control messages ---------------------------------------------------------------------------
     def ctrl_send(self, peer, tag, timeout=None):
-        """Sends an int tag (or bytes) to peer, ordered after everything sent before."""
-        self._future(self._core.ctrl_send(self._rank(peer), tag, self._notify)).result(self._wait(timeout))
+        """Sends an int tag in [0, 2**64) (or bytes) to peer, ordered after everything sent before."""
+        timeout, tag = _args.timeout(timeout), _tag(tag)
+        return self._finish(self._core.ctrl_send(self._rank(peer), tag, self._notify), timeout)
 
     def ctrl_recv(self, peer, timeout=None):
         """The next tag (int) or bytes from peer; hmc.TimeoutError after timeout seconds."""
+        timeout = _args.timeout(timeout)
         op = self._core.ctrl_recv(self._rank(peer), timeout, self._notify)
-        return self._future(op).result((timeout if timeout is not None else self.timeout) + 1.0)
+        return self._finish(op, (self.timeout if timeout is None else timeout) + 1.0, op.result)
 
-    # -- internals ------------------------------------------------------------------------------
-    _notify = False  # blocking futures are waited for, not drained
+    # -- internals ------------------------------------------------------------------------------------
+    def _rank(self, peer, port=None):
+        """The one place reference addressing (rank, 'ip', 'ip:port', (ip, port)) becomes a rank.
+        A port that matches no peer is an error, never a fallback to the ip alone."""
+        where, port = _args.peer(peer, port)
+        if not isinstance(where, str):
+            return where
+        return self._core.resolve(where, port)
 
-    def _future(self, op):
-        return Future(op, self._core, None, self.timeout + 1.0)
+    def _rma_op(self, is_put, ip, port, local_off, remote_off, nbytes, conn):
+        _args.conn(conn)
+        local_off, remote_off = _args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off")
+        nbytes = _args.size(nbytes, "nbytes")
+        return self._core.rma(is_put, self._rank(ip, port), local_off, remote_off, nbytes, self._notify)
 
-    def _wait(self, timeout):
-        return self.timeout + 1.0 if timeout is None else timeout
+    def _batch_op(self, is_put, peer, segments, conn):
+        _args.conn(conn)
+        if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
+            raise InvalidArgumentError("segments must be a list of (local_off, remote_off, nbytes)")
+        segs = []
+        for i, seg in enumerate(segments):
+            if not isinstance(seg, (tuple, list)) or len(seg) != 3:
+                raise InvalidArgumentError(f"segments[{i}] must be (local_off, remote_off, nbytes), not {seg!r}")
+            segs.append((_args.offset(seg[0], f"segments[{i}] local_off"),
+                         _args.offset(seg[1], f"segments[{i}] remote_off"), _args.size(seg[2], f"segments[{i}] nbytes")))
+        return self._core.batch(is_put, self._rank(peer), segs, self._notify)
 
-    def _wait_op(self, op_and_n, timeout):
-        op, n = op_and_n
-        self._future(op).result(self._wait(timeout))
-        return n
+    def _pipeline_op(self, is_put, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn):
+        _args.conn(conn)
+        args = (_args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off"),
+                _args.size(nbytes, "nbytes"), _args.size(chunk, "chunk"),
+                _args.integer(max_inflight, "max_inflight", 1, 1 << 20))
+        return self._core.pipeline(is_put, self._rank(peer), *args, self._notify)
 
-    def _put_op(self, ip, data, bias, size):
-        rank = self._rank(ip)
+    def _put_op(self, ip, data, bias, conn, size):
+        """Checks everything, then stages data at `bias` (unless registered) and starts the put."""
+        bias, _ = _args.bias_and_conn(bias, conn)
+        size = _args.optional_size(size, "size")
         if isinstance(data, RegisteredBuffer):
-            n = data.nbytes if size is None else size
-            return self._core.registered_rma(True, data._reg, 0, rank, bias, n, self._notify), n
-        if size is None:
-            n = self.buf.put(data, bias)
-        else:
-            n = self.buf.put(memoryview(_payload.source(data)).cast("B")[:size], bias)
+            n = _fits(data.nbytes, size)
+            return self._core.registered_rma(True, data._reg, 0, self._rank(ip), bias, n, self._notify), n
+        if _payload.device_of(data) is not None:
+            rank = self._rank(ip)
+            n = self.buf.put(data, bias, "cuda", nbytes=size)
+            return self._core.rma(True, rank, bias, bias, n, self._notify), n
+        src = _payload.source(data, "data")
+        if size is not None:
+            src = _payload.prefix(src, size, "size")
+        rank = self._rank(ip)  # before staging: a bad peer leaves the buffer untouched
+        n = self._core.write(src, bias)
         return self._core.rma(True, rank, bias, bias, n, self._notify), n
 
-    def _get_into_op(self, ip, dest, bias, size):
-        rank = self._rank(ip)
-        if isinstance(dest, RegisteredBuffer):
-            n = dest.nbytes if size is None else size
-            return self._core.registered_rma(False, dest._reg, 0, rank, bias, n, self._notify), n
-        n = _payload.nbytes(dest) if size is None else size
-        op = self._core.rma(False, rank, bias, bias, n, self._notify)
-        return _CopyOut(op, self, dest, bias, n), n
+    def _issue(self, op):
+        f = self._future(op)
+        with self._issued_lock:
+            self._issued[f.id] = f
+            while len(self._issued) > _KEEP_IDS:
+                oldest = next(iter(self._issued.values()))
+                if not oldest.done():
+                    break
+                self._issued.popitem(last=False)
+        return f
 
-    def _rank(self, peer, data_port=None):
-        """The one place reference addressing (rank, 'ip', 'ip:port', (ip, port)) becomes a rank."""
-        if isinstance(peer, bool):
-            raise InvalidArgumentError("peer must be a rank, 'ip', 'ip:port' or (ip, port)")
-        if isinstance(peer, int):
-            return peer
-        if isinstance(peer, tuple) and len(peer) == 2:
-            peer, data_port = peer
-        if not isinstance(peer, str):
-            raise InvalidArgumentError(f"peer must be a rank, 'ip', 'ip:port' or (ip, port), not {peer!r}")
-        if data_port is None and peer.count(":") == 1:
-            peer, port = peer.split(":")
-            data_port = int(port)
-        if data_port is not None:
-            try:
-                return self._core.rank_of(peer, int(data_port))
-            except NotFoundError:
-                pass
-        ranks = self._core.ranks_at(peer)
-        if len(ranks) == 1:
-            return ranks[0]
-        if not ranks:
-            raise NotConnectedError(f"no peer connected at {peer}" + (f":{data_port}" if data_port else ""))
-        raise InvalidArgumentError(f"{len(ranks)} peers at {peer}: pass 'ip:port' or the rank")
-
-    @staticmethod
-    def _check_conn(conn):
-        if ConnType(conn) != ConnType.UCX:
-            raise UnsupportedError("ConnType.RDMA is unsupported in this build; use ConnType.UCX")
+    def _futures_of(self, ops):
+        if isinstance(ops, Future):
+            return [ops]
+        if isinstance(ops, (list, tuple)):
+            return [f for op in ops for f in self._futures_of(op)]
+        op_id = _args.integer(ops, "ops (a Future, an operation id, or a list of them)")
+        with self._issued_lock:
+            future = self._issued.get(op_id)
+        if future is None:
+            raise InvalidArgumentError(f"no operation {op_id} from put_nb/get_nb of this session (or it finished "
+                                       f"more than {_KEEP_IDS} operations ago)")
+        return [future]
 
 
-class _CopyOut:
-    """A get into a non-registered destination: after the transfer, copy out of the buffer."""
-
-    def __init__(self, op, sess, dest, bias, n):
-        self._op, self._sess, self._dest, self._bias, self._n = op, sess, dest, bias, n
-        self.id = op.id
-
-    def done(self):
-        return self._op.done()
-
-    def wait(self, timeout=None):
-        return self._op.wait(timeout)
-
-    def result(self):
-        self._op.result()
-        self._sess.buf.get_into(self._dest, self._n, self._bias)
+def _is_count(value):
+    return not isinstance(value, bool) and hasattr(type(value), "__index__")
 
 
-def _writable(obj):
-    try:
-        return not memoryview(_payload.source(obj)).readonly
-    except TypeError:
-        return False
+def _fits(have, size):
+    """size (None: all) bytes of an object holding `have`; more than it holds is an error."""
+    if size is None:
+        return have
+    if size > have:
+        raise InvalidArgumentError(f"size={size} exceeds the {have} bytes of the data")
+    return size
+
+
+def _tag(tag):
+    if _is_count(tag):
+        return _args.integer(tag, "tag")
+    if isinstance(tag, (bytes, bytearray, memoryview)):
+        return tag
+    raise InvalidArgumentError(f"tag must be an int in [0, 2**64) or bytes, not {type(tag).__name__}")
 
 
 def create_session(device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1, local_ip=None,
                    **options):
-    """The reference entry point: a blocking Session."""
+    """The reference entry point: a blocking Session. buffer_size takes bytes or a size string
+    ("64M", "1GiB"); mem_type a MemoryType or its name."""
     return Session(device_id, buffer_size, mem_type, num_chs, local_ip, **options)
 
 
 def memory_type_available(mem_type, device_id=0):
     """(available, reason) for a memory type on this machine and build."""
-    return memory_available(int(mem_type), device_id)
+    return memory_available(int(_args.mem_type(mem_type)), _args.integer(device_id, "device_id", 0, (1 << 31) - 1))

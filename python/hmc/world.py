@@ -34,7 +34,7 @@ def _np():
 
 
 def _is_tensor(x):
-    return _payload._is_tensor(x)
+    return _payload.is_tensor(x)
 
 
 def _is_array(x):
@@ -44,9 +44,12 @@ def _is_array(x):
 def _array_of(x):
     """A C-contiguous NumPy array sharing x's memory (tensors and arrays), or None for bytes-likes."""
     if _is_tensor(x):
-        if x.is_cuda:
+        if x.device.type != "cpu":
             raise InvalidArgumentError("collectives take CPU tensors (copy with .cpu() first)")
-        return _payload.source(x)
+        try:  # the tensor's own dtype and shape (_payload.source gives its bytes)
+            return (x if x.is_contiguous() else x.contiguous()).detach().numpy()
+        except (TypeError, RuntimeError) as e:
+            raise InvalidArgumentError(f"a {x.dtype} tensor has no NumPy form ({e})") from None
     if _is_array(x):
         return _payload.source(x)
     return None

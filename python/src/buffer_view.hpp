@@ -2,6 +2,7 @@
 // A held Python buffer (PEP 3118) that is C-contiguous; released with the GIL held.
 #include <pybind11/pybind11.h>
 
+#include <cstring>
 #include <string>
 
 #include "hmc/error.hpp"
@@ -15,7 +16,7 @@ class BufferView {
   // writable: the object is a destination. A non-contiguous or read-only object is an
   // InvalidArgumentError naming what to pass instead.
   BufferView(py::handle obj, bool writable, const char* role) {
-    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) {
       PyErr_Clear();
       Py_buffer probe;
@@ -30,6 +31,13 @@ class BufferView {
         throw InvalidArgumentError(std::string(role) + ": the " + type +
                                    " must be writable and C-contiguous (np.ascontiguousarray, or a bytearray)");
       throw InvalidArgumentError(std::string(role) + ": the " + type + " must be C-contiguous");
+    }
+    // Python object pointers are no payload: sending them would leak addresses and crash the peer.
+    if (view_.format != nullptr && std::strchr(view_.format, 'O') != nullptr) {
+      const std::string format = view_.format;
+      PyBuffer_Release(&view_);
+      throw InvalidArgumentError(std::string(role) + ": a buffer of Python objects (format '" + format +
+                                 "') cannot be sent or received; convert it to a numeric array");
     }
     held_ = true;
   }

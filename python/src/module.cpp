@@ -1,46 +1,95 @@
 // The _hmc extension: a thin binding of hmc::Session for the `hmc` Python package. The Python
-// layer (python/hmc/) adds the reference API, asyncio and payload conversions.
+// layer (python/hmc/) validates arguments and adds the reference API, asyncio and payloads.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
-#include <functional>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "buffer_view.hpp"
+#include "call_gate.hpp"
 #include "completion_queue.hpp"
 #include "hmc/error.hpp"
 #include "hmc/memory.hpp"
+#include "hmc/runtime/deadline.hpp"
+#include "hmc/runtime/log.hpp"
 #include "hmc/session.hpp"
+#include "log_queue.hpp"
 #include "op_state.hpp"
+#include "pending_api.hpp"
 
 namespace py = pybind11;
-using namespace std::chrono_literals;
 
 namespace hmc::python {
 namespace {
 
 using Seconds = std::optional<double>;
 
-std::chrono::milliseconds to_ms(Seconds s, std::chrono::milliseconds fallback) {
-  if (!s) return fallback;
-  if (*s < 0) throw InvalidArgumentError("timeout must be >= 0 seconds (None waits with the session timeout)");
-  return std::chrono::milliseconds(static_cast<long long>(*s * 1000.0));
+// "Wait without limit" as a deadline far from any overflow: the steady clock counts nanoseconds
+// from boot (~292 years), and callers add a little slack to a timeout.
+constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
+
+// User seconds -> milliseconds: NaN and negatives refused (naming the argument), inf = kForever.
+std::chrono::milliseconds to_ms(double seconds, const char* name) {
+  const auto ms = runtime::seconds_to_ms(seconds);
+  if (!ms) throw InvalidArgumentError(std::string(name) + " must be a number of seconds >= 0 (inf: no limit)");
+  return std::min(*ms, kForever);
 }
 
-// One operation as Python sees it. `keep` holds Python objects the transfer reads or writes.
+std::chrono::milliseconds to_ms(Seconds seconds, std::chrono::milliseconds fallback, const char* name) {
+  return seconds ? to_ms(*seconds, name) : fallback;
+}
+
+// Python objects an unfinished operation still needs, parked here when its Op is dropped; touched
+// only with the GIL held, released once the operation is done.
+class Graveyard {
+ public:
+  void bury(std::shared_ptr<OpState> state, py::object keep, std::shared_ptr<void> pin) {
+    entries_.push_back(Entry{std::move(state), std::move(keep), std::move(pin)});
+  }
+  void collect() {
+    std::erase_if(entries_, [](const Entry& e) { return e.state->done(); });
+  }
+  void clear() { entries_.clear(); }
+
+ private:
+  struct Entry {
+    std::shared_ptr<OpState> state;
+    py::object keep;
+    std::shared_ptr<void> pin;
+  };
+  std::vector<Entry> entries_;
+};
+
+// One operation as Python sees it. `keep` (Python objects) and `pin` (a registration) stay alive
+// until the transfer is done, even when the Op is dropped first.
 class Op {
  public:
-  Op(std::shared_ptr<OpState> state, py::object keep) : state_(std::move(state)), keep_(std::move(keep)) {}
+  Op(std::shared_ptr<OpState> state, std::shared_ptr<Graveyard> graveyard, py::object keep,
+     std::shared_ptr<void> pin)
+      : state_(std::move(state)), graveyard_(std::move(graveyard)), keep_(std::move(keep)), pin_(std::move(pin)) {}
+  Op(Op&&) = default;
+  Op& operator=(Op&&) = delete;
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+  ~Op() {
+    if (state_ && !state_->done() && (!keep_.is_none() || pin_))
+      graveyard_->bury(state_, std::move(keep_), std::move(pin_));
+  }
+
   std::uint64_t id() const { return state_->id(); }
   bool done() const { return state_->done(); }
+  // timeout None: without limit.
   bool wait(Seconds timeout) {
-    std::optional<std::chrono::duration<double>> t;
-    if (timeout) t = std::chrono::duration<double>(*timeout);
+    const std::optional<std::chrono::milliseconds> t =
+        timeout ? std::optional(to_ms(*timeout, "timeout")) : std::nullopt;
     py::gil_scoped_release release;
     return state_->wait(t);
   }
@@ -53,44 +102,89 @@ class Op {
     const auto b = msg->bytes();
     return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
   }
+  void notify(const std::shared_ptr<CompletionQueue>& queue) { state_->notify(queue); }
   // Withdraws a waiting ctrl_recv (no-op for other operations, which UCX cannot cancel).
   void cancel() {
     if (cancel_) cancel_();
   }
   void set_cancel(std::function<void()> f) { cancel_ = std::move(f); }
-  const std::shared_ptr<OpState>& state() const { return state_; }
-  py::object& keep() { return keep_; }
 
  private:
   std::shared_ptr<OpState> state_;
+  std::shared_ptr<Graveyard> graveyard_;
   py::object keep_;
+  std::shared_ptr<void> pin_;
   std::function<void()> cancel_;
 };
 
-// User memory registered for zero-copy transfers; holds the Python buffer until unregistered.
-class Registered {
+// What a Core shares with the registrations that may outlive its calls.
+struct Life {
+  CallGate gate;
+  std::mutex mutex;
+  bool session_gone = false;
+  std::vector<RegisteredMemory> orphans;  // released while closing: dropped after the Session
+};
+
+// User memory registered for zero-copy transfers. Operations using it hold this too, so the
+// registration and the Python buffer live until the last of them is done. Destroyed with the GIL.
+class RegHolder {
  public:
-  Registered(Session& s, py::object obj, MemoryType type, std::uintptr_t device_ptr, std::size_t nbytes)
-      : obj_(std::move(obj)) {
-    if (device_ptr != 0) {
-      memory_ = s.register_memory(reinterpret_cast<void*>(device_ptr), nbytes, type);
+  RegHolder(std::shared_ptr<Life> life, py::object obj) : life_(std::move(life)), obj_(std::move(obj)) {}
+  RegHolder(const RegHolder&) = delete;
+  RegHolder& operator=(const RegHolder&) = delete;
+  ~RegHolder() {
+    if (life_->gate.enter()) {
+      memory = RegisteredMemory{};  // unregisters
+      life_->gate.leave();
     } else {
-      view_ = std::make_unique<BufferView>(obj_, /*writable=*/false, "register");
-      memory_ = s.register_memory(view_->data(), view_->size(), type);
+      std::lock_guard<std::mutex> lock(life_->mutex);
+      if (!life_->session_gone) life_->orphans.push_back(std::move(memory));  // the Session is being closed
     }
   }
-  std::size_t size() const { return memory_.size(); }
-  const RegisteredMemory& memory() const { return memory_; }
-  void release() {
-    memory_ = RegisteredMemory{};
-    view_.reset();
-    obj_ = py::none();
+  py::object& obj() { return obj_; }
+
+  std::unique_ptr<BufferView> view;
+  RegisteredMemory memory;
+
+ private:
+  std::shared_ptr<Life> life_;
+  py::object obj_;
+};
+
+class Registered {
+ public:
+  explicit Registered(std::shared_ptr<RegHolder> holder) : holder_(std::move(holder)) {}
+  std::size_t size() const { return held().memory.size(); }
+  // New operations refuse it; operations in flight keep it until they are done.
+  void release() { holder_.reset(); }
+  const std::shared_ptr<RegHolder>& holder() const {
+    held();
+    return holder_;
   }
 
  private:
-  py::object obj_;
-  std::unique_ptr<BufferView> view_;
-  RegisteredMemory memory_;
+  const RegHolder& held() const {
+    if (!holder_) throw InvalidArgumentError("the registered buffer was released");
+    return *holder_;
+  }
+  std::shared_ptr<RegHolder> holder_;
+};
+
+class Core;
+
+// A call in flight: the Session stays alive until it ends (close() waits for it).
+class Use {
+ public:
+  Use(CallGate& gate, Session* session) : gate_(gate), session_(session) {}
+  Use(const Use&) = delete;
+  Use& operator=(const Use&) = delete;
+  ~Use() { gate_.leave(); }
+  Session& operator*() const { return *session_; }
+  Session* operator->() const { return session_; }
+
+ private:
+  CallGate& gate_;
+  Session* session_;
 };
 
 class Core {
@@ -107,43 +201,51 @@ class Core {
     o.progress_mode = *mode;
     o.ucx_tls = std::move(ucx_tls);
     o.ucx_net_devices = std::move(ucx_net_devices);
-    if (timeout_s <= 0) throw InvalidArgumentError("timeout must be > 0 seconds");
-    o.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000.0));
+    // Every operation carries this deadline: it must be finite.
+    if (!std::isfinite(timeout_s) || timeout_s <= 0)
+      throw InvalidArgumentError("timeout must be finite and > 0 seconds");
+    o.timeout = to_ms(timeout_s, "timeout");
     if (!uds_dir.empty()) o.ctrl.uds_dir = std::move(uds_dir);
     py::gil_scoped_release release;
     session_ = std::make_unique<Session>(std::move(o));
   }
+  ~Core() { close(); }
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
 
-  Session& s() {
-    if (!session_) throw ClosedError("the session is closed");
-    return *session_;
+  // Every use of the Session goes through this: ClosedError once close() has begun.
+  Use use() {
+    if (!life_->gate.enter()) throw ClosedError("the session is closed");
+    return Use(life_->gate, session_.get());
   }
 
   int completion_fd() const { return queue_->fd(); }
 
   // Ids of notify=True operations completed since the last drain; also frees finished keep-alives.
   std::vector<std::uint64_t> drain() {
-    collect_graveyard();
+    graveyard_->collect();
     return queue_->drain();
   }
 
-  // An operation whose Op was dropped while running keeps its Python objects here until done.
-  void bury(Op& op) {
-    if (!op.done() && !op.keep().is_none()) graveyard_.emplace_back(op.state(), std::move(op.keep()));
+  template <class Start>
+  Op submit(bool notify, py::object keep, std::shared_ptr<void> pin, Start start) {
+    auto state = std::make_shared<OpState>();
+    if (notify) state->notify(queue_);
+    {
+      Use s = use();
+      start(*s, state);
+    }
+    graveyard_->collect();
+    return Op(std::move(state), graveyard_, std::move(keep), std::move(pin));
   }
 
-  template <class Start>
-  Op submit(bool notify, py::object keep, Start start) {
-    auto state = std::make_shared<OpState>(next_id_++, notify ? queue_ : nullptr);
-    start(state);
-    collect_graveyard();
-    return Op(std::move(state), std::move(keep));
+  static auto completer(const std::shared_ptr<OpState>& st) {
+    return [st](std::exception_ptr e) { st->complete(std::move(e)); };
   }
 
   Op rma(bool is_put, std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, bool notify) {
-    return submit(notify, py::none(), [&](const std::shared_ptr<OpState>& st) {
-      auto cb = [st](std::exception_ptr e) { st->complete(std::move(e)); };
-      is_put ? s().async_put(rank, local, remote, n, cb) : s().async_get(rank, local, remote, n, cb);
+    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      is_put ? s.async_put(rank, local, remote, n, completer(st)) : s.async_get(rank, local, remote, n, completer(st));
     });
   }
 
@@ -152,67 +254,90 @@ class Core {
     std::vector<Segment> v;
     v.reserve(segs.size());
     for (const auto& [l, r, n] : segs) v.push_back(Segment{l, r, n});
-    return submit(notify, py::none(), [&](const std::shared_ptr<OpState>& st) {
-      auto cb = [st](std::exception_ptr e) { st->complete(std::move(e)); };
-      is_put ? s().async_put_batch(rank, std::move(v), cb) : s().async_get_batch(rank, std::move(v), cb);
+    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      is_put ? s.async_put_batch(rank, std::move(v), completer(st))
+             : s.async_get_batch(rank, std::move(v), completer(st));
     });
   }
 
   Op pipeline(bool is_put, std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, std::size_t chunk,
               std::size_t window, bool notify) {
-    return submit(notify, py::none(), [&](const std::shared_ptr<OpState>& st) {
-      auto cb = [st](std::exception_ptr e) { st->complete(std::move(e)); };
-      is_put ? s().async_put_pipeline(rank, local, remote, n, chunk, window, cb)
-             : s().async_get_pipeline(rank, local, remote, n, chunk, window, cb);
+    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      is_put ? s.async_put_pipeline(rank, local, remote, n, chunk, window, completer(st))
+             : s.async_get_pipeline(rank, local, remote, n, chunk, window, completer(st));
     });
   }
 
-  Op registered(bool is_put, py::object reg_obj, std::size_t off, std::uint32_t rank, std::size_t remote,
+  Op registered(bool is_put, const Registered& reg, std::size_t off, std::uint32_t rank, std::size_t remote,
                 std::size_t n, bool notify) {
-    auto& reg = reg_obj.cast<Registered&>();
-    return submit(notify, reg_obj, [&](const std::shared_ptr<OpState>& st) {
-      auto cb = [st](std::exception_ptr e) { st->complete(std::move(e)); };
-      is_put ? s().async_put_from(reg.memory(), off, rank, remote, n, cb)
-             : s().async_get_into(reg.memory(), off, rank, remote, n, cb);
+    std::shared_ptr<RegHolder> holder = reg.holder();
+    const RegisteredMemory& memory = holder->memory;
+    return submit(notify, py::none(), holder, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      is_put ? s.async_put_from(memory, off, rank, remote, n, completer(st))
+             : s.async_get_into(memory, off, rank, remote, n, completer(st));
     });
+  }
+
+  Registered register_memory(py::object obj, int mem_type, std::uintptr_t device_ptr, std::size_t nbytes) {
+    auto holder = std::make_shared<RegHolder>(life_, obj);
+    void* data = reinterpret_cast<void*>(device_ptr);
+    std::size_t size = nbytes;
+    if (device_ptr == 0) {
+      holder->view = std::make_unique<BufferView>(obj, /*writable=*/false, "register");
+      data = holder->view->data();
+      size = holder->view->size();
+    }
+    Use s = use();
+    holder->memory = s->register_memory(data, size, static_cast<MemoryType>(mem_type));
+    return Registered(std::move(holder));
   }
 
   Op ctrl_send(std::uint32_t rank, py::object value, bool notify) {
     CtrlMessage m;
     if (py::isinstance<py::int_>(value)) {
-      const auto tag = value.cast<py::int_>();
-      if (tag < py::int_(0)) throw InvalidArgumentError("ctrl_send: a tag must be an int in [0, 2**64)");
-      m = CtrlMessage::from_tag(value.cast<std::uint64_t>());
+      std::uint64_t tag = 0;
+      try {
+        tag = value.cast<std::uint64_t>();
+      } catch (const py::cast_error&) {
+        PyErr_Clear();
+        throw InvalidArgumentError("ctrl_send: tag must be an int in [0, 2**64)");
+      }
+      m = CtrlMessage::from_tag(tag);
     } else {
       BufferView v(value, false, "ctrl_send");
       m = CtrlMessage::from_bytes({static_cast<const std::byte*>(v.data()), v.size()});
     }
-    return submit(notify, py::none(), [&](const std::shared_ptr<OpState>& st) {
-      s().async_ctrl_send(rank, std::move(m), [st](std::exception_ptr e) { st->complete(std::move(e)); });
+    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      s.async_ctrl_send(rank, std::move(m), completer(st));
     });
   }
 
   Op ctrl_recv(std::uint32_t rank, Seconds timeout, bool notify) {
-    const auto t = to_ms(timeout, s().options().timeout);
     auto signal = std::make_shared<runtime::asio::cancellation_signal>();
-    Op op = submit(notify, py::none(), [&](const std::shared_ptr<OpState>& st) {
-      s().async_ctrl_recv(rank, t,
-                          runtime::asio::bind_cancellation_slot(
-                              signal->slot(), [st, signal](std::exception_ptr e, CtrlMessage m) {
-                                st->complete(e, e ? std::nullopt : std::optional<CtrlMessage>(std::move(m)));
-                              }));
+    std::optional<runtime::loop_executor> ex;  // valid while the gate admits calls
+    Op op = submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      const auto t = to_ms(timeout, s.options().timeout, "timeout");
+      ex = s.executor();
+      s.async_ctrl_recv(rank, t,
+                        runtime::asio::bind_cancellation_slot(
+                            signal->slot(), [st, signal](std::exception_ptr e, CtrlMessage m) {
+                              st->complete(e, e ? std::nullopt : std::optional<CtrlMessage>(std::move(m)));
+                            }));
     });
     // Cancellation slots are not thread-safe: emit on the session's loop, where the receive waits.
-    op.set_cancel([ex = s().executor(), signal] {
+    op.set_cancel([life = life_, ex = *ex, signal] {
+      if (!life->gate.enter()) return;  // closed: the receive has already failed
       runtime::asio::post(ex, [signal] { signal->emit(runtime::asio::cancellation_type::terminal); });
+      life->gate.leave();
     });
     return op;
   }
 
   std::size_t write(py::handle obj, std::size_t offset) {
     BufferView v(obj, false, "buffer put");
+    Use s = use();
     py::gil_scoped_release release;
-    s().buffer().write_from_cpu(v.data(), v.size(), offset);
+    s->buffer().write_from_cpu(v.data(), v.size(), offset);
     return v.size();
   }
 
@@ -222,52 +347,87 @@ class Core {
     if (n > v.size())
       throw InvalidArgumentError("get_into: nbytes " + std::to_string(n) + " exceeds the destination's " +
                                  std::to_string(v.size()) + " bytes");
+    Use s = use();
     py::gil_scoped_release release;
-    s().buffer().read_to_cpu(v.data(), n, offset);
+    s->buffer().read_to_cpu(v.data(), n, offset);
     return n;
   }
 
   py::bytes read_bytes(std::size_t offset, std::size_t n) {
-    s().buffer().check_range(offset, n);
+    Use s = use();
+    s->buffer().check_range(offset, n);
     std::string out(n, '\0');
     {
       py::gil_scoped_release release;
-      s().buffer().read_to_cpu(out.data(), n, offset);
+      s->buffer().read_to_cpu(out.data(), n, offset);
     }
     return py::bytes(out);
   }
 
-  // Device memory (e.g. a CUDA tensor's data_ptr) to/from the buffer.
-  void device_copy(bool into_buffer, std::uintptr_t ptr, std::size_t n, std::size_t offset, int mem_type,
-                   int device_id) {
-    auto gpu = Memory::create(static_cast<MemoryType>(mem_type), device_id);
+  // Memory at a raw address (CPU, or a device pointer such as a CUDA tensor's data_ptr) to/from
+  // the buffer. The caller guarantees the address holds n bytes.
+  void copy_ptr(bool into_buffer, std::uintptr_t ptr, std::size_t n, std::size_t offset, int mem_type,
+                int device_id) {
+    if (ptr == 0) throw InvalidArgumentError("the pointer is null");
+    const auto type = static_cast<MemoryType>(mem_type);
+    const bool host = type == MemoryType::CPU || type == MemoryType::DEFAULT;
+    std::unique_ptr<Memory> gpu = host ? nullptr : Memory::create(type, device_id);
+    Use s = use();
     py::gil_scoped_release release;
-    if (into_buffer) {
-      s().buffer().write_from_gpu(reinterpret_cast<const void*>(ptr), n, offset, gpu.get());
+    auto& buf = s->buffer();
+    if (host) {
+      into_buffer ? buf.write_from_cpu(reinterpret_cast<const void*>(ptr), n, offset)
+                  : buf.read_to_cpu(reinterpret_cast<void*>(ptr), n, offset);
     } else {
-      s().buffer().read_to_gpu(reinterpret_cast<void*>(ptr), n, offset, gpu.get());
+      into_buffer ? buf.write_from_gpu(reinterpret_cast<const void*>(ptr), n, offset, gpu.get())
+                  : buf.read_to_gpu(reinterpret_cast<void*>(ptr), n, offset, gpu.get());
     }
   }
 
+  void copy_within(std::size_t dst, std::size_t src, std::size_t n) {
+    Use s = use();
+    py::gil_scoped_release release;
+    s->buffer().copy_within(dst, src, n);
+  }
+
+  // Calls whose waits release the GIL; f(Session&) runs inside a Use.
+  template <class F>
+  auto blocking(F f) {
+    Use s = use();
+    py::gil_scoped_release release;
+    return f(*s);
+  }
+
+  // Refuses new calls, wakes the waits in flight (they fail with ClosedError), waits for every
+  // call inside the Core to leave, then destroys the Session. A second close() waits for the first.
   void close() {
-    if (!session_) return;
+    if (!life_->gate.begin_close()) {
+      py::gil_scoped_release release;
+      life_->gate.wait_closed();
+      return;
+    }
     {
       py::gil_scoped_release release;
       session_->close();
+      life_->gate.wait_idle();
       session_.reset();
     }
-    graveyard_.clear();
+    std::vector<RegisteredMemory> orphans;
+    {
+      std::lock_guard<std::mutex> lock(life_->mutex);
+      life_->session_gone = true;
+      orphans.swap(life_->orphans);
+    }
+    orphans.clear();  // the Session is gone: nothing left to unregister from
+    graveyard_->clear();
+    life_->gate.set_closed();
   }
 
  private:
-  void collect_graveyard() {
-    std::erase_if(graveyard_, [](const auto& entry) { return entry.first->done(); });
-  }
-
+  std::shared_ptr<Life> life_ = std::make_shared<Life>();
   std::unique_ptr<Session> session_;
   std::shared_ptr<CompletionQueue> queue_ = std::make_shared<CompletionQueue>();
-  std::atomic<std::uint64_t> next_id_{1};
-  std::vector<std::pair<std::shared_ptr<OpState>, py::object>> graveyard_;
+  std::shared_ptr<Graveyard> graveyard_ = std::make_shared<Graveyard>();
 };
 
 // The one place C++ errors become Python exceptions: hmc._errors maps each status to its class.
@@ -275,10 +435,22 @@ void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const Error& e) {
-    static py::object by_status = py::module_::import("hmc._errors").attr("by_status");
-    py::object cls = by_status(static_cast<int>(e.status()));
+    // Never destroyed: a static py::object would be released after the interpreter is gone.
+    static auto* by_status = new py::object(py::module_::import("hmc._errors").attr("by_status"));
+    py::object cls = (*by_status)(static_cast<int>(e.status()));
     PyErr_SetString(cls.ptr(), e.what());
   }
+}
+
+// The runtime's log hook feeds this queue while a Python logger is set (hmc.set_extern_logger).
+std::mutex log_mutex;
+std::shared_ptr<LogQueue> log_target;
+
+void set_log_queue(std::shared_ptr<LogQueue> queue) {
+  std::lock_guard<std::mutex> lock(log_mutex);
+  log_target = queue;
+  if (!queue) return runtime::set_log_hook({});
+  runtime::set_log_hook([queue](runtime::LogLevel level, std::string_view message) { queue->push(level, message); });
 }
 
 }  // namespace
@@ -286,15 +458,35 @@ void translate(std::exception_ptr p) {
 
 PYBIND11_MODULE(_hmc, m) {
   using namespace hmc::python;
-  using hmc::python::Core;
+  using hmc::Session;
   m.doc() = "HMC core bindings; use the `hmc` package";
   py::register_exception_translator(&translate);
+
+  py::class_<CompletionQueue, std::shared_ptr<CompletionQueue>>(m, "CompletionQueue")
+      .def(py::init<>())
+      .def("fd", &CompletionQueue::fd)
+      .def("drain", &CompletionQueue::drain);
+
+  py::class_<LogQueue, std::shared_ptr<LogQueue>>(m, "LogQueue")
+      .def(py::init<>())
+      .def("fd", &LogQueue::fd)
+      .def("drain", [](LogQueue& q) {
+        auto [lines, dropped] = q.drain();
+        py::list out;
+        for (const auto& [level, text] : lines) {
+          py::object msg = py::reinterpret_steal<py::object>(
+              PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace"));
+          out.append(py::make_tuple(static_cast<int>(level), msg));
+        }
+        return py::make_tuple(out, dropped);
+      });
 
   py::class_<Op>(m, "Op")
       .def_property_readonly("id", &Op::id)
       .def("done", &Op::done)
       .def("wait", &Op::wait, py::arg("timeout") = py::none())
       .def("result", &Op::result)
+      .def("notify", &Op::notify)
       .def("cancel", &Op::cancel);
 
   py::class_<Registered>(m, "Registered")
@@ -310,58 +502,70 @@ PYBIND11_MODULE(_hmc, m) {
       .def("init_server",
            [](Core& c, const std::string& ip, std::uint16_t ucx_port, std::uint16_t rdma_port, std::uint16_t ctrl_port,
               std::uint32_t self_id, const std::string& uds_dir) {
-             auto& s = c.s();
-             py::gil_scoped_release release;
-             s.init_server(ip, ucx_port, rdma_port, ctrl_port, self_id, uds_dir);
+             c.blocking([&](Session& s) { s.init_server(ip, ucx_port, rdma_port, ctrl_port, self_id, uds_dir); });
+           })
+      .def("init_server_sdk",
+           [](Core& c, const std::string& ip, std::uint16_t port) {
+             c.blocking([&](Session& s) { pending::init_server(s, ip, port); });
            })
       .def("connect",
            [](Core& c, std::uint32_t peer_id, std::uint32_t self_id, const std::string& ip, std::uint16_t data_port,
               std::uint16_t ctrl_port, int conn) {
-             auto& s = c.s();
-             py::gil_scoped_release release;
-             return s.connect(peer_id, self_id, ip, data_port, ctrl_port, static_cast<hmc::ConnType>(conn));
+             return c.blocking([&](Session& s) {
+               return s.connect(peer_id, self_id, ip, data_port, ctrl_port, static_cast<hmc::ConnType>(conn));
+             });
            })
+      .def("connect_sdk",
+           [](Core& c, const std::string& ip, std::uint16_t port, int conn) {
+             return c.blocking(
+                 [&](Session& s) { return pending::connect(s, ip, port, static_cast<hmc::ConnType>(conn)); });
+           })
+      .def("close_server", [](Core& c) { c.blocking([](Session& s) { pending::close_server(s); }); })
       .def("wait_peer",
            [](Core& c, std::uint32_t rank, Seconds timeout) {
-             auto& s = c.s();
-             const auto t = to_ms(timeout, s.options().timeout);
-             py::gil_scoped_release release;
-             s.wait_peer(rank, t);
+             c.blocking([&](Session& s) { s.wait_peer(rank, to_ms(timeout, s.options().timeout, "timeout")); });
            })
-      .def("ctrl_port", [](Core& c) { return c.s().ctrl_port(); })
-      .def("peers", [](Core& c) { return c.s().peers(); })
-      .def("ranks_at", [](Core& c, const std::string& ip) { return c.s().ranks_at(ip); })
-      .def("rank_of", [](Core& c, const std::string& ip, std::uint16_t port) { return c.s().rank_of(ip, port); })
-      .def("transports", [](Core& c, std::uint32_t rank) { return c.s().transports(rank); })
-      .def("buffer_size", [](Core& c) { return c.s().buffer().size(); })
-      .def("timeout", [](Core& c) { return static_cast<double>(c.s().options().timeout.count()) / 1000.0; })
+      .def("rank", [](Core& c) { return pending::rank(*c.use()); })
+      .def("ctrl_port", [](Core& c) { return c.use()->ctrl_port(); })
+      .def("peers", [](Core& c) { return c.use()->peers(); })
+      .def("resolve", [](Core& c, const std::string& ip,
+                         std::optional<std::uint16_t> port) { return pending::resolve_peer(*c.use(), ip, port); })
+      .def("transports", [](Core& c, std::uint32_t rank) { return c.use()->transports(rank); })
+      .def("buffer_size", [](Core& c) { return c.use()->buffer().size(); })
+      .def("buffer_ptr", [](Core& c) { return reinterpret_cast<std::uintptr_t>(c.use()->buffer().data()); })
+      .def("buffer_mem_type", [](Core& c) { return static_cast<int>(c.use()->buffer().type()); })
+      .def("buffer_device_id", [](Core& c) { return c.use()->buffer().device_id(); })
       .def("write", &Core::write, py::arg("obj"), py::arg("offset"))
       .def("read_into", &Core::read_into, py::arg("obj"), py::arg("nbytes"), py::arg("offset"))
       .def("read_bytes", &Core::read_bytes)
-      .def("copy_within",
-           [](Core& c, std::size_t dst, std::size_t src, std::size_t n) { c.s().buffer().copy_within(dst, src, n); })
-      .def("device_copy", &Core::device_copy)
+      .def("copy_within", &Core::copy_within)
+      .def("copy_ptr", &Core::copy_ptr)
       .def("rma", &Core::rma)
       .def("batch", &Core::batch)
       .def("pipeline", &Core::pipeline)
       .def("registered_rma", &Core::registered)
-      .def("register",
-           [](Core& c, py::object obj, int mem_type, std::uintptr_t device_ptr, std::size_t nbytes) {
-             return std::make_unique<Registered>(c.s(), std::move(obj), static_cast<hmc::MemoryType>(mem_type),
-                                                 device_ptr, nbytes);
-           })
+      .def("register", &Core::register_memory)
       .def("ctrl_send", &Core::ctrl_send)
       .def("ctrl_recv", &Core::ctrl_recv)
       .def("completion_fd", &Core::completion_fd)
       .def("drain", &Core::drain)
-      .def("bury", &Core::bury)
-      .def("disconnect", [](Core& c, std::uint32_t rank) { c.s().disconnect(rank); })
+      .def("disconnect", [](Core& c, std::uint32_t rank) { c.blocking([&](Session& s) { s.disconnect(rank); }); })
       .def("close", &Core::close);
 
-  void bind_world(py::module_&); bind_world(m);  // the world layer: python/src/world_bindings.cpp
+  py::dict features;
+  features["sdk_form"] = pending::has_sdk_form();
+  features["close_server"] = pending::has_close_server();
+  features["resolve_peer"] = pending::has_resolve_peer();
+  m.attr("features") = features;
+
   m.def("memory_available", [](int type, int device_id) {
     std::string why;
     const bool ok = hmc::Memory::available(static_cast<hmc::MemoryType>(type), device_id, &why);
     return py::make_tuple(ok, why);
   });
+  m.def("set_log_level", [](int level) { hmc::runtime::set_log_level(static_cast<hmc::runtime::LogLevel>(level)); });
+  m.def("log_level", [] { return static_cast<int>(hmc::runtime::log_level()); });
+  m.def("set_log_queue", &set_log_queue, py::arg("queue").none(true));
+
+  void bind_world(py::module_&); bind_world(m);  // the world layer: python/src/world_bindings.cpp
 }

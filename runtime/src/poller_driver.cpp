@@ -1,5 +1,7 @@
 #include "poller_driver.hpp"
 
+#include <algorithm>
+
 #include "hmc/runtime/event_loop.hpp"
 #include "hmc/runtime/log.hpp"
 
@@ -8,6 +10,10 @@ namespace hmc::runtime::detail {
 namespace {
 // After this many consecutive busy progress calls the driver yields to other handlers on the loop.
 constexpr int kMaxProgressBurst = 64;
+// A source that keeps answering busy to arm with nothing to progress (UCX with sends queued for a
+// peer that does not consume) is retried after a growing pause, never in a tight loop.
+constexpr int kMaxIdleBusyArms = 16;
+constexpr std::chrono::microseconds kFirstBusyBackoff{50};
 }  // namespace
 
 PollerDriver::PollerDriver(asio::io_context& io, Poller& poller, const EventLoopOptions& options)
@@ -59,6 +65,7 @@ void PollerDriver::cycle() {
   if (stopped_) return;
   for (int burst = 0; poller_.progress(); ++burst) {
     last_activity_ = clock::now();
+    idle_busy_arms_ = 0;
     if (burst + 1 == kMaxProgressBurst) {
       schedule();  // still busy: come back after other handlers had their turn
       return;
@@ -73,11 +80,18 @@ void PollerDriver::cycle() {
     return;
   }
   if (poller_.try_arm() == ArmResult::busy) {
-    schedule();  // events raced with arming: progress again, never sleep on them
+    if (++idle_busy_arms_ < kMaxIdleBusyArms) {
+      schedule();  // events raced with arming: progress again, never sleep on them
+      return;
+    }
+    const auto pause = std::min<std::chrono::microseconds>(
+        safety_interval_, kFirstBusyBackoff * (1 << std::min(idle_busy_arms_ / kMaxIdleBusyArms - 1, 6)));
+    arm_safety_timer(pause);
     return;
   }
+  idle_busy_arms_ = 0;
   wait_fd();
-  if (poller_.has_pending()) arm_safety_timer();
+  if (poller_.has_pending()) arm_safety_timer(safety_interval_);
 }
 
 void PollerDriver::wait_fd() {
@@ -90,10 +104,10 @@ void PollerDriver::wait_fd() {
   });
 }
 
-void PollerDriver::arm_safety_timer() {
+void PollerDriver::arm_safety_timer(std::chrono::microseconds after) {
   if (timer_armed_) return;
   timer_armed_ = true;
-  safety_timer_.expires_after(safety_interval_);
+  safety_timer_.expires_after(after);
   safety_timer_.async_wait([self = shared_from_this()](const error_code& ec) {
     self->timer_armed_ = false;
     if (ec || self->stopped_) return;

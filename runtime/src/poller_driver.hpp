@@ -28,7 +28,7 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   void schedule();
   void cycle();
   void wait_fd();
-  void arm_safety_timer();
+  void arm_safety_timer(std::chrono::microseconds after);
 
   asio::io_context& io_;
   Poller& poller_;
@@ -38,6 +38,7 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   asio::posix::stream_descriptor fd_;
   asio::steady_timer safety_timer_;
   clock::time_point last_activity_{};
+  int idle_busy_arms_ = 0;  // arms in a row that answered busy while progress found nothing
   bool scheduled_ = false;
   bool fd_waiting_ = false;
   bool timer_armed_ = false;

@@ -36,6 +36,7 @@ class ChildProcess {
     if (out_ >= 0) ::close(out_);
   }
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
 
   // The next stdout line, or "" after `limit` or at end of output.
   std::string read_line(std::chrono::milliseconds limit = std::chrono::seconds(10)) {

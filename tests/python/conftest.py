@@ -17,10 +17,10 @@ PYTHON = "/usr/bin/python3"  # Debian's interpreter: it sees python3-numpy/torch
 
 
 class ServerProcess:
-    def __init__(self, style, tls):
+    def __init__(self, style, tls, rdma_port=0):
         self.uds_dir = tempfile.mkdtemp(prefix="hmc-py-")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
-        self.proc = subprocess.Popen([PYTHON, str(HERE / "peer.py"), style, tls, self.uds_dir],
+        self.proc = subprocess.Popen([PYTHON, str(HERE / "peer.py"), style, tls, self.uds_dir, str(rdma_port)],
                                      stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline().split()
         if not line or line[0] != "READY":
@@ -73,3 +73,40 @@ def client(server, tls):
         yield s
         if server.proc.poll() is None:
             command(s, op="exit")
+
+
+def run_async(server, tls, body, **extra):
+    """Runs body(async_session) connected to the server as rank 1, then tells the server to exit."""
+    import asyncio
+
+    async def main():
+        async with hmc.AsyncSession(**session_kwargs(tls, server.uds_dir, **extra)) as c:
+            assert await c.connect(0, 1, "127.0.0.1", 18515, server.ctrl_port) == 0
+            try:
+                await body(c)
+            finally:
+                if server.proc.poll() is None:
+                    await acommand(c, op="exit")
+
+    asyncio.run(main())
+
+
+def run_child(code, timeout=120):
+    """Runs Python code in a child process (a crash there fails the test instead of killing pytest)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    return subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def shared_client():
+    """One connected blocking client (shm, blocking server) for a module's many small cases."""
+    server = ServerProcess("blocking", "shm")
+    s = hmc.create_session(**session_kwargs("shm", server.uds_dir))
+    try:
+        assert s.connect(0, 1, "127.0.0.1", 18515, server.ctrl_port) == 0
+        yield s
+        if server.proc.poll() is None:
+            command(s, op="exit")
+    finally:
+        s.close()
+        server.close()

@@ -69,11 +69,11 @@ def test_put_nb_get_nb_and_wait(client):
     client.wait(futs, timeout=30)
     assert all(f.done() for f in futs)
     assert remote_sha(client, 0, 16 * (64 << 10)) == sha(b"".join(blocks))
-    fired = []
+    fired, ran = [], threading.Event()
     f = client.get_nb("127.0.0.1", 18515, 8 * MiB, 0, 64 << 10)
-    f.add_done_callback(fired.append)
+    f.add_done_callback(lambda fut: (fired.append(fut), ran.set()))
     assert f.result(timeout=30) is None
-    assert fired == [f]
+    assert ran.wait(30) and fired == [f]
     assert client.buf.get_bytes(8 * MiB, 64 << 10) == blocks[0]
 
 

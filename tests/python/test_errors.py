@@ -25,7 +25,7 @@ def test_bad_inputs_raise_typed_errors(client):
     frozen.flags.writeable = False
     with pytest.raises(hmc.InvalidArgumentError, match="read-only"):
         client.get_into(0, frozen)
-    with pytest.raises(hmc.InvalidArgumentError, match="size must be > 0"):
+    with pytest.raises(hmc.InvalidArgumentError, match="nbytes must be >= 1"):
         client.put_remote("127.0.0.1", 18515, 0, 0, 0)
     with pytest.raises(hmc.NotConnectedError):
         client.put_remote("10.9.9.9", 1, 0, 0, 1)

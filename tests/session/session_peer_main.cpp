@@ -1,6 +1,6 @@
 // A Session client in its own process, for the two-process tests.
 //   hmc_session_peer <ctrl_port> <rank> <rounds> <tls> <uds_dir>
-// Connects to rank 0 on 127.0.0.1, prints "CONNECTED <transports>", then per round writes
+// Connects to rank 0 on 127.0.0.1 (data port 1), prints "CONNECTED <transports>", then per round writes
 // pattern(round) to its buffer, puts it to rank 0 at offset rank MiB and sends the round as a tag
 // (rounds < 0: until killed). Finally waits for one tag from rank 0 and prints "DONE".
 #include <cstdio>
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     const auto rank = static_cast<std::uint32_t>(std::atoi(argv[2]));
     const long long rounds = std::atoll(argv[3]);
     hmc::Session s(hmc::test::session_options(argv[4], hmc::runtime::ProgressMode::event, 4u << 20, argv[5]));
-    s.connect(0, rank, "127.0.0.1", 0, port);
+    s.connect(0, rank, "127.0.0.1", 1, port);
     std::printf("CONNECTED %s\n", s.transports(0).c_str());
     std::fflush(stdout);
     constexpr std::size_t kSize = 256u << 10;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
 #include "../ctrl/child_process.hpp"
@@ -102,6 +103,35 @@ TEST_P(SessionProcessTest, ClientKilledMidTransferFailsOnlyItsOperations) {
   EXPECT_THROW(server->put(1, 0, 0, 8), NotConnectedError);
   // The survivor keeps serving its other peer.
   for (std::uint64_t i = 50; i < 100; ++i) ASSERT_TRUE(serve_round(2, i));
+}
+
+// Issue 8.8 (the spin): a receiver that does not consume (stopped here; a peer in another network
+// namespace that never gets UCX's shared-memory wake-up looks the same) lets the sender's fast-path
+// messages fill UCX's queue. ucp_worker_arm then answers BUSY for as long as sends are pending and
+// the loop used to progress again at once: a core at 100% until the operations timed out.
+TEST_P(SessionProcessTest, SenderToAStoppedPeerWaitsWithoutSpinning) {
+  auto child = spawn_client(1, -1);
+  for (std::uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(serve_round(1, i));
+  server->ctrl_recv(1, 10s);  // the client's next round is in; it now waits for our answer
+  child->kill(SIGSTOP);
+  std::vector<std::future<void>> sends;
+  for (std::uint64_t i = 0; i < 1024; ++i)  // far more than UCX's shared-memory FIFO holds
+    sends.push_back(server->async_ctrl_send(1, CtrlMessage::from_tag(i), runtime::asio::use_future));
+  test::LoopThread loop(*server);
+  std::this_thread::sleep_for(200ms);
+  const auto usage = loop.measure(1s);
+  std::printf("sender's loop thread while its peer is stopped: %.1f%% of a core, %ld wakeups\n", usage.cpu * 100.0,
+              usage.wakeups);
+  child->kill(SIGKILL);
+  child->kill(SIGCONT);
+  EXPECT_EQ(child->wait(), 128 + SIGKILL);
+  for (auto& f : sends) {
+    try {
+      f.get();  // delivered before the stop, or failed with the peer: either way done
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_LT(usage.cpu, 0.3) << "the loop spins while sends wait for a peer that does not consume";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, SessionProcessTest, ::testing::Values("tcp", "shm"),

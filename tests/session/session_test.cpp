@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string_view>
 #include <thread>
 
+#include "hmc/runtime/log.hpp"
 #include "session_test_util.hpp"
 
 namespace hmc {
@@ -168,6 +170,38 @@ TEST_P(SessionTest, CoroutinesOnTheCallersOwnExecutorResumeThere) {
   EXPECT_TRUE(holds(server->buffer(), 0, 1000, 42));
 }
 
+TEST_P(SessionTest, WithoutATokenEveryAsyncOpIsAnAwaitable) {
+  asio::io_context user;
+  std::vector<std::byte> mine(4096);
+  RegisteredMemory reg = client->register_memory(mine.data(), mine.size());
+  fill(client->buffer(), 0, 4096, 77);
+  bool finished = false;
+  asio::co_spawn(
+      user,
+      [&]() -> asio::awaitable<void> {
+        co_await client->async_put(0, 0, 0, 4096);
+        co_await client->async_get(0, 4096, 0, 4096);
+        // (GCC 12 miscompiles an initializer list inside a co_await expression: build vectors first.)
+        std::vector<Segment> out{Segment{0, 8192, 100}}, in{Segment{8192, 8192, 100}};
+        co_await client->async_put_batch(0, std::move(out));
+        co_await client->async_get_batch(0, std::move(in));
+        co_await client->async_put_pipeline(0, 0, 16384, 4096, 1024, 2);
+        co_await client->async_get_pipeline(0, 16384, 16384, 4096, 1024, 2);
+        co_await client->async_get_into(reg, 0, 0, 0, 4096);
+        co_await client->async_put_from(reg, 0, 0, 32768, 4096);
+        co_await client->async_ctrl_send(0, CtrlMessage::from_tag(5));
+        finished = (co_await client->async_ctrl_recv(0, 10s)).tag() == 6;
+      },
+      asio::detached);
+  std::thread runner([&] { user.run(); });
+  EXPECT_EQ(server->ctrl_recv(1, 10s), 5u);
+  server->ctrl_send(1, 6);
+  runner.join();
+  EXPECT_TRUE(finished);
+  EXPECT_TRUE(holds(client->buffer(), 4096, 4096, 77));
+  EXPECT_TRUE(holds(server->buffer(), 32768, 4096, 77));
+}
+
 TEST_P(SessionTest, CallbackCompletionStyle) {
   std::promise<std::exception_ptr> done;
   client->async_get(0, 0, 0, 64, [&](std::exception_ptr e) { done.set_value(e); });
@@ -303,7 +337,18 @@ TEST(SessionLarge, BuffersOfFourGiBAndMoreUse64BitOffsets) {
 TEST(SessionConfig, RdmaIsUnsupportedInThisBuild) {
   const std::string dir = test::temp_dir();
   Session s(test::session_options("", runtime::ProgressMode::event, 4096, dir));
-  EXPECT_THROW(s.init_server("127.0.0.1", 1, 2, 0, 0, dir), UnsupportedError);
+  // A server given an RDMA port (the reference README's form) serves UCX and says why at info level.
+  std::vector<std::string> lines;
+  const auto level = runtime::log_level();
+  runtime::set_log_level(runtime::LogLevel::info);
+  runtime::set_log_hook([&](runtime::LogLevel l, std::string_view m) {
+    if (l == runtime::LogLevel::info && m.find("RDMA") != std::string_view::npos) lines.emplace_back(m);
+  });
+  s.init_server("127.0.0.1", 1, 2026, 0, 0, dir);
+  runtime::set_log_hook({});
+  runtime::set_log_level(level);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("rdma_port 2026 ignored: this build has no RDMA verbs transport"), std::string::npos);
   EXPECT_THROW(s.connect(0, 1, "127.0.0.1", 1, 1, ConnType::RDMA), UnsupportedError);
   EXPECT_THROW(s.put(0, 0, 0, 1), NotConnectedError);
   EXPECT_THROW(s.ctrl_send(0, 1), NotConnectedError);

@@ -1,10 +1,19 @@
 #pragma once
 // Helpers for Session tests: deterministic byte patterns and a connected server/client pair.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <future>
+#include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hmc/session.hpp"
@@ -50,5 +59,44 @@ inline SessionOptions session_options(const std::string& tls, runtime::ProgressM
   o.ctrl.uds_dir = uds_dir;
   return o;
 }
+
+// A session's loop thread, watched through /proc: how often it wakes up and how much CPU it uses.
+class LoopThread {
+ public:
+  explicit LoopThread(Session& s) {
+    std::promise<pid_t> tid;
+    runtime::asio::post(s.executor(), [&] { tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid))); });
+    tid_ = tid.get_future().get();
+  }
+  struct Usage {
+    long wakeups = 0;  // voluntary context switches: each sleep of the loop ends in one
+    double cpu = 0;    // seconds of CPU
+  };
+  Usage now() const {
+    Usage u;
+    std::ifstream status("/proc/self/task/" + std::to_string(tid_) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) u.wakeups = std::stol(line.substr(24));
+    std::ifstream in("/proc/self/task/" + std::to_string(tid_) + "/stat");
+    const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // fields from the 3rd on
+    std::string field;
+    unsigned long long ticks = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i)
+      if (i == 14 || i == 15) ticks += std::stoull(field);  // utime, stime
+    u.cpu = static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    return u;
+  }
+  // Usage over the next `d` (the caller's thread sleeps meanwhile).
+  Usage measure(std::chrono::milliseconds d) const {
+    const Usage a = now();
+    std::this_thread::sleep_for(d);
+    const Usage b = now();
+    return {b.wakeups - a.wakeups, b.cpu - a.cpu};
+  }
+
+ private:
+  pid_t tid_ = 0;
+};
 
 }  // namespace hmc::test

@@ -1,7 +1,9 @@
 #pragma once
-// The control channel: rank-addressed, ordered, framed messages over TCP or Unix sockets, on the
-// event loop. Every operation is an Asio async operation (awaitable, future, callback) whose error
-// is a typed hmc::Error inside the std::exception_ptr; all members are safe from any thread.
+// The control channel: rank-addressed, ordered, framed messages over TCP (optionally TLS) or Unix
+// sockets, on the event loop. Peers prove they hold the shared key before anything else is
+// exchanged (docs/design.md "Security"). Every operation is an Asio async operation (awaitable,
+// future, callback) whose error is a typed hmc::Error inside the std::exception_ptr; all members
+// are safe from any thread.
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -33,22 +35,33 @@ class CtrlChannel {
   using connect_handler = runtime::asio::any_completion_handler<void(std::exception_ptr, std::uint32_t)>;
   using recv_handler = runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)>;
 
+  // A channel whose rank the first server it connects to assigns (1, 2, ... in connection order).
+  static constexpr std::uint32_t any_rank = 0xFFFFFFFFu;
+
+  // Resolves the shared key (CtrlOptions::auth_key, HMC_AUTH_KEY, the key file) and loads the TLS
+  // files; InvalidConfigError when either cannot be had.
   CtrlChannel(runtime::EventLoop& loop, std::uint32_t self_rank, CtrlOptions options = CtrlOptions::from_env());
   ~CtrlChannel();  // close()
   CtrlChannel(const CtrlChannel&) = delete;
   CtrlChannel& operator=(const CtrlChannel&) = delete;
 
+  // This channel's rank; any_rank until a server assigned one.
   std::uint32_t rank() const noexcept;
 
   // Installs the handlers; call before listen() and async_connect().
   void set_handlers(CtrlHandlers handlers);
 
-  // Accepts peers on bind_ip:port (0 picks a free port) and on the Unix socket for that port.
-  // Returns the bound TCP port. Throws NotConnectedError when the address cannot be bound.
+  // Accepts peers on bind_ip:port (0 picks a free port) and, unless the transport is tcp, on a Unix
+  // socket in a private directory that authenticated same-host clients learn from the handshake.
+  // Returns the bound TCP port. InvalidConfigError when the address cannot be bound.
   std::uint16_t listen(const std::string& bind_ip, std::uint16_t port);
-  std::string uds_path() const;
+  std::string uds_path() const;  // empty when there is no Unix-socket listener
+  // Stops accepting (TCP and Unix socket); connected peers keep working both ways. Idempotent.
+  void stop_listening();
 
-  // Connects to a peer's listener and exchanges HELLO; completes with the peer's rank.
+  // Connects to a peer's listener and authenticates both ways (a same-host peer then moves to the
+  // Unix socket the server names); completes with the peer's rank. AuthenticationError when either
+  // side's proof (or TLS certificate) fails, TimeoutError after `timeout`.
   template <class Token>
   auto async_connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, Token&& token) {
     return runtime::async_on_loop<void(std::exception_ptr, std::uint32_t)>(
@@ -76,8 +89,9 @@ class CtrlChannel {
         });
   }
 
-  // The next message from `rank`, in order. Messages already received are delivered even after the
-  // peer is gone; then PeerLostError. TimeoutError after `timeout` (the message stays queued).
+  // The next message from `rank`, in order; a rank that has not connected yet is waited for. Messages
+  // already received are delivered even after the peer is gone; then PeerLostError. TimeoutError
+  // after `timeout` (the message stays queued).
   template <class Token>
   auto async_recv(std::uint32_t rank, std::chrono::milliseconds timeout, Token&& token) {
     return runtime::async_on_loop<void(std::exception_ptr, CtrlMessage)>(
@@ -91,7 +105,7 @@ class CtrlChannel {
 
   // Ranks with a live connection.
   std::vector<std::uint32_t> peers() const;
-  // "tcp" or "uds" for a connected peer; NotConnectedError otherwise.
+  // "tcp", "tls" or "uds" for a connected peer; NotConnectedError otherwise.
   std::string transport_of(std::uint32_t rank) const;
 
   // Closes the connection to one peer; its pending and later receives fail with PeerLostError.

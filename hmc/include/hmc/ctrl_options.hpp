@@ -1,25 +1,54 @@
 #pragma once
 // Settings of a control channel; defaults come from the environment where the reference had them.
+// Every resource limit is here with its default; docs/design.md ("Security") explains each.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace hmc {
 
 enum class CtrlTransport {
-  automatic,  // Unix socket for a same-host peer whose socket file exists, TCP otherwise
+  automatic,  // a same-host peer moves to the Unix socket the server names; TCP otherwise
   tcp,
-  uds,
+  uds,        // same-host only: fail unless the server offers its Unix socket
 };
 
 struct CtrlOptions {
   CtrlTransport transport = CtrlTransport::automatic;
-  std::string uds_dir = "/tmp";                    // where listeners put hmc-ctrl-<port>.sock
+  // Where a listener puts its Unix socket: a directory, or a full socket path (`.../name.sock`).
+  // Empty: $XDG_RUNTIME_DIR/hmc, else /tmp/hmc-<uid>. A directory that is not this user's with
+  // mode 0700 (such as /tmp) gets a private hmc-<uid> subdirectory.
+  std::string uds_dir;
+  bool uds_any_user = false;  // accept Unix-socket peers of another uid (SO_PEERCRED); off: same uid only
+
+  // Authentication (docs/design.md "Security"). Empty key: HMC_AUTH_KEY, then the per-user key file.
+  std::string auth_key;
+  bool authenticate = true;  // false: explicit opt-out, logged at warn; the peer must opt out too
+
+  // TLS for TCP connections: all three or none (HMC_TLS_CERT / HMC_TLS_KEY / HMC_TLS_CA). Both
+  // sides present a certificate and verify the peer's against tls_ca; the key handshake runs inside.
+  std::string tls_cert;  // PEM certificate (chain) of this process
+  std::string tls_key;   // PEM private key
+  std::string tls_ca;    // PEM CA certificate(s) a peer's certificate must chain to
+
   std::uint32_t max_frame_length = 16u << 20;      // larger frames close the connection
-  std::chrono::milliseconds hello_timeout{5000};   // for the rank handshake after connect/accept
+  std::chrono::milliseconds hello_timeout{5000};   // the whole handshake (TLS included) after connect/accept
   std::chrono::milliseconds send_timeout{30000};   // a send stuck this long declares the peer lost
 
-  // Defaults, overridden by CTRL_TRANSPORT=tcp|uds and HMC_CTRL_UDS_DIR; INVALID_CONFIG on a bad value.
+  // Liveness: a heartbeat frame after heartbeat_interval without sending; a peer from which nothing
+  // arrived for heartbeat_interval * heartbeat_misses is lost. Zero interval: no heartbeats.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::uint32_t heartbeat_misses = 5;
+  // A frame that has started arriving and then sees no byte for this long closes the connection.
+  std::chrono::milliseconds partial_frame_timeout{10000};
+
+  std::size_t max_handshakes = 64;      // accepted connections still in their handshake
+  std::size_t max_connections = 1024;   // accepted connections in all (handshaking + peers)
+  std::size_t inbox_budget = 64u << 20; // bytes queued for ctrl_recv per peer before reading pauses
+
+  // Defaults, overridden by CTRL_TRANSPORT=tcp|uds|auto, HMC_CTRL_UDS_DIR and HMC_TLS_CERT /
+  // HMC_TLS_KEY / HMC_TLS_CA; INVALID_CONFIG on a bad value.
   static CtrlOptions from_env();
 };
 

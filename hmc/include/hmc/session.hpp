@@ -1,14 +1,15 @@
 #pragma once
 // A Session: one registered buffer, a control channel and the UCX data plane, on its own event
 // loop thread. Peers are ranks; once connected either side can put to and get from the other.
-// Every async_* operation takes an Asio completion token (use_awaitable, use_future, a callback)
-// and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All
+// Every async_* operation takes an Asio completion token (use_awaitable, the default; use_future;
+// a callback) and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All
 // members are safe from any thread; blocking ones throw InvalidArgumentError on the loop thread.
 #include <chrono>
 #include <cstdint>
 #include <exception>
 #include <future>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ namespace hmc {
 
 namespace detail {
 class SessionImpl;
+inline constexpr std::uint64_t kForeignRegion = UINT64_MAX - 1;  // a RegisteredMemory of another session
 }
 
 enum class ConnType { RDMA = 0, UCX = 1 };
@@ -41,13 +43,23 @@ struct SessionOptions {
   std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
   std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
+  // How long an idle peer without shared memory may stay silent before UCX declares it lost (the
+  // tcp transport's socket keepalive: this, then 3 probes a fifth of it apart; with data in flight,
+  // or on the side that did not open the connection, see docs/design.md "Failure model").
+  // Zero keeps UCX's defaults and UCX_* variables.
+  std::chrono::milliseconds ucx_keepalive{10000};
   bool fast_ctrl = true;  // once a peer's UCX endpoint is up, send control messages as UCX active messages
-  CtrlOptions ctrl = CtrlOptions::from_env();
+  // The job's shared key (docs/design.md "Security"); empty: HMC_AUTH_KEY, then the per-user key file.
+  std::string auth_key;
+  bool authenticate = true;  // false: accept unauthenticated peers (explicit opt-out, logged at warn)
+  CtrlOptions ctrl = CtrlOptions::from_env();  // transport, TLS, heartbeats, resource limits
 };
 
 class Session {
  public:
   using handler = runtime::asio::any_completion_handler<void(std::exception_ptr)>;
+  // Without a token, async_* return an awaitable: `co_await s.async_put(peer, 0, 0, n);`.
+  using default_token = runtime::asio::use_awaitable_t<>;
 
   explicit Session(SessionOptions options = {});
   ~Session();  // close()
@@ -61,55 +73,73 @@ class Session {
 
   // Server role (reference names): control listener on ctrl_tcp_port (0: any free port) and its
   // Unix socket in ctrl_uds_dir. ucx_port is how clients address this session in (ip, port) terms;
-  // the UCX endpoints themselves are set up through the control channel. rdma_port must be 0: this
-  // build has no verbs transport (UnsupportedError).
+  // the UCX endpoints themselves are set up through the control channel. A non-zero rdma_port is
+  // accepted and logged (info): this build has no verbs transport, so it serves UCX only.
   void init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                    std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir = {});
   std::uint16_t ctrl_port() const;  // the bound control port
+
+  // SDK form (the Python guide): rank 0, listening on ip:ctrl_port, the one public port; clients
+  // that connect with the SDK form get ranks 1, 2, ... in the order they connect.
+  void init_server(const std::string& ip, std::uint16_t ctrl_port);
+  // Stops accepting new peers; connected peers keep working both ways (close() ends everything).
+  void close_server();
 
   // Client role: control connection + UCX endpoint both ways; returns the peer's rank (= peer_id).
   std::uint32_t connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
                         std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn = ConnType::UCX);
 
+  // SDK form: this session's rank is assigned by the server; returns the server's rank.
+  std::uint32_t connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn = ConnType::UCX);
+  // This session's rank; NotConnectedError until init_server() or connect() gave it one.
+  std::uint32_t rank() const;
+
   // Waits until `rank` can be the target of put/get (a client connected to this server).
   void wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout);
   std::vector<std::uint32_t> peers() const;
-  // Connected ranks whose advertised address is `ip` (any data port).
+  // The one place the reference's (ip, data_port) addressing maps onto a rank. A peer is known by
+  // the address it advertises and by the ip connect() reached it at; with a port only an exact
+  // (ip, port) matches. NotConnectedError when no connected peer matches, InvalidArgumentError
+  // naming every match when several do (e.g. two clients on one host without a port).
+  std::uint32_t resolve_peer(const std::string& ip, std::optional<std::uint16_t> data_port) const;
+  // Older lookups on the same table, kept for the Python layer until it uses resolve_peer:
+  // connected ranks known as `ip` (any port), and the first exact (ip, port) match (NotFoundError).
   std::vector<std::uint32_t> ranks_at(const std::string& ip) const;
-  // The one place the reference's (ip, data_port) addressing maps onto ranks; NotFoundError.
   std::uint32_t rank_of(const std::string& ip, std::uint16_t data_port) const;
   // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp").
   std::string transports(std::uint32_t rank) const;
 
   // Completes when the bytes are visible in the peer's buffer.
-  template <class Token>
-  auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
+  template <class Token = default_token>
+  auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                 Token&& token = default_token{}) {
     return start_rma<Token>(true, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
   }
   // Completes when the bytes are in this session's buffer.
-  template <class Token>
-  auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size, Token&& token) {
+  template <class Token = default_token>
+  auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                 Token&& token = default_token{}) {
     return start_rma<Token>(false, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
   }
   // Many segments, one completion (one endpoint flush for puts).
-  template <class Token>
-  auto async_put_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
+  template <class Token = default_token>
+  auto async_put_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token = default_token{}) {
     return start_rma<Token>(true, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
-  template <class Token>
-  auto async_get_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token) {
+  template <class Token = default_token>
+  auto async_get_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token = default_token{}) {
     return start_rma<Token>(false, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
   // One range in `chunk`-byte pieces with at most `max_inflight` in flight (a sliding window).
-  template <class Token>
+  template <class Token = default_token>
   auto async_put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
-                          std::size_t chunk, std::size_t max_inflight, Token&& token) {
+                          std::size_t chunk, std::size_t max_inflight, Token&& token = default_token{}) {
     return start_rma<Token>(true, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
                             std::forward<Token>(token));
   }
-  template <class Token>
+  template <class Token = default_token>
   auto async_get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
-                          std::size_t chunk, std::size_t max_inflight, Token&& token) {
+                          std::size_t chunk, std::size_t max_inflight, Token&& token = default_token{}) {
     return start_rma<Token>(false, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
                             std::forward<Token>(token));
   }
@@ -117,15 +147,15 @@ class Session {
   // Registers user memory (CPU, or device memory of a built backend) for put_from/get_into.
   RegisteredMemory register_memory(void* data, std::size_t size, MemoryType type = MemoryType::CPU);
   // put from / get into registered user memory instead of the session buffer: no staging copy.
-  template <class Token>
+  template <class Token = default_token>
   auto async_put_from(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer, std::size_t remote_off,
-                      std::size_t size, Token&& token) {
+                      std::size_t size, Token&& token = default_token{}) {
     return start_rma<Token>(true, false, peer, region_of(src), {Segment{src_off, remote_off, size}}, 0, 0,
                             std::forward<Token>(token));
   }
-  template <class Token>
+  template <class Token = default_token>
   auto async_get_into(const RegisteredMemory& dst, std::size_t dst_off, std::uint32_t peer, std::size_t remote_off,
-                      std::size_t size, Token&& token) {
+                      std::size_t size, Token&& token = default_token{}) {
     return start_rma<Token>(false, false, peer, region_of(dst), {Segment{dst_off, remote_off, size}}, 0, 0,
                             std::forward<Token>(token));
   }
@@ -147,14 +177,14 @@ class Session {
                     std::size_t chunk, std::size_t max_inflight);
 
   // Control messages, ordered per peer. A tag sent after a completed put never shows old data.
-  template <class Token>
-  auto async_ctrl_send(std::uint32_t peer, CtrlMessage message, Token&& token) {
+  template <class Token = default_token>
+  auto async_ctrl_send(std::uint32_t peer, CtrlMessage message, Token&& token = default_token{}) {
     return runtime::async_on_loop<void(std::exception_ptr)>(
         executor(), std::forward<Token>(token),
         [impl = impl_, peer, m = std::move(message)](handler h) mutable { start_ctrl_send(impl, peer, std::move(m), std::move(h)); });
   }
-  template <class Token>
-  auto async_ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout, Token&& token) {
+  template <class Token = default_token>
+  auto async_ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout, Token&& token = default_token{}) {
     return runtime::async_on_loop<void(std::exception_ptr, CtrlMessage)>(
         executor(), std::forward<Token>(token),
         [impl = impl_, peer, timeout](runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h) mutable {
@@ -188,8 +218,11 @@ class Session {
                               runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h);
 
   friend class RegisteredMemory;
-  // An empty (moved-from) handle must never fall back to the session buffer (region 0).
-  static std::uint64_t region_of(const RegisteredMemory& m) noexcept { return m ? m.id() : UINT64_MAX; }
+  // An empty (moved-from) handle must never fall back to the session buffer (region 0), and a
+  // handle of another session must never name one of ours (region ids are per session).
+  std::uint64_t region_of(const RegisteredMemory& m) const noexcept {
+    return !m ? UINT64_MAX : m.session_ != this ? detail::kForeignRegion : m.id();
+  }
   void unregister_memory(std::uint64_t id) noexcept;
 
   std::unique_ptr<runtime::EventLoop> loop_;  // declared first: destroyed after everything it runs

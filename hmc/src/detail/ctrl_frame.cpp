@@ -1,5 +1,6 @@
 #include "detail/ctrl_frame.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "detail/byte_order.hpp"
@@ -24,15 +25,18 @@ std::string decode_header(const HeaderBytes& b, std::uint32_t max_length, FrameH
   out.flags = load_le16(b.data() + 6);
   out.length = load_le32(b.data() + 8);
   if (out.magic != kFrameMagic) return "bad magic " + std::to_string(out.magic);
-  if (out.version != kFrameVersion) return "unknown protocol version " + std::to_string(out.version);
-  if (type < static_cast<std::uint8_t>(FrameType::hello) || type > static_cast<std::uint8_t>(FrameType::transport))
+  if (out.version != kFrameVersion)
+    return "unknown protocol version " + std::to_string(out.version) + " (this build speaks " +
+           std::to_string(kFrameVersion) + ")";
+  if (type < static_cast<std::uint8_t>(FrameType::hello) || type > kMaxFrameType)
     return "unknown frame type " + std::to_string(type);
   out.type = static_cast<FrameType>(type);
   if (out.length > max_length)
     return "frame length " + std::to_string(out.length) + " exceeds the maximum " + std::to_string(max_length);
   if (out.type == FrameType::tag && out.length != 8) return "tag frame of " + std::to_string(out.length) + " bytes";
-  if ((out.type == FrameType::hello || out.type == FrameType::hello_ack) && out.length != 4)
-    return "hello frame of " + std::to_string(out.length) + " bytes";
+  if ((out.type == FrameType::heartbeat || out.type == FrameType::stay) && out.length != 0)
+    return "non-empty heartbeat or stay frame";
+  if (out.flags != 0) return "non-zero frame flags";
   if (load_le32(b.data() + 12) != 0) return "reserved header bytes are not zero";
   return {};
 }
@@ -46,6 +50,39 @@ std::vector<std::byte> encode_frame(FrameType type, const std::byte* payload, st
   std::memcpy(frame.data(), hb.data(), hb.size());
   if (length != 0) std::memcpy(frame.data() + kFrameHeaderSize, payload, length);
   return frame;
+}
+
+std::size_t FrameDecoder::consume(std::span<const std::byte> in, Frame& out, bool& done, std::string& problem) {
+  done = false;
+  std::size_t used = 0;
+  if (header_have_ < kFrameHeaderSize) {
+    const std::size_t n = std::min(in.size(), kFrameHeaderSize - header_have_);
+    std::memcpy(header_bytes_.data() + header_have_, in.data(), n);
+    header_have_ += n;
+    used = n;
+    if (header_have_ < kFrameHeaderSize) return used;
+    problem = decode_header(header_bytes_, max_length_, frame_.header);
+    if (!problem.empty()) return used;
+    frame_.payload.clear();
+  }
+  const std::size_t want = frame_.header.length - frame_.payload.size();
+  const std::size_t n = std::min(in.size() - used, want);
+  // insert() grows the capacity geometrically: memory stays within twice the bytes received.
+  frame_.payload.insert(frame_.payload.end(), in.begin() + static_cast<std::ptrdiff_t>(used),
+                        in.begin() + static_cast<std::ptrdiff_t>(used + n));
+  used += n;
+  if (frame_.payload.size() == frame_.header.length) {
+    out = std::move(frame_);
+    frame_ = Frame{};
+    header_have_ = 0;
+    done = true;
+  }
+  return used;
+}
+
+std::string FrameDecoder::progress() const {
+  if (header_have_ < kFrameHeaderSize) return std::to_string(header_have_) + " of 16 header bytes";
+  return std::to_string(frame_.payload.size()) + " of " + std::to_string(frame_.header.length) + " payload bytes";
 }
 
 }  // namespace hmc::detail

@@ -1,25 +1,55 @@
 #include "ucx/ucx_context.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "hmc/error.hpp"
 
 namespace hmc::detail {
 
-std::shared_ptr<UcxContext> UcxContext::create(const std::string& tls, const std::string& net_devices) {
+namespace {
+std::string seconds(std::chrono::milliseconds d) { return std::to_string(std::max<long long>(1, d.count() / 1000)) + "s"; }
+
+bool may_use_tcp(const std::string& tls) {
+  const char* env = std::getenv("UCX_TLS");
+  const std::string list = !tls.empty() ? tls : env != nullptr ? env : "";
+  return list.empty() || list.find("tcp") != std::string::npos || list.find("all") != std::string::npos ||
+         list[0] == '^';
+}
+}  // namespace
+
+std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options) {
   ucp_config_t* config = nullptr;
   if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) throw Error(Status::ERROR, "ucp_config_read failed");
-  for (const auto& [name, value] : {std::pair{"TLS", &tls}, std::pair{"NET_DEVICES", &net_devices}}) {
-    if (value->empty()) continue;
-    const ucs_status_t s = ucp_config_modify(config, name, value->c_str());
+  std::vector<std::pair<std::string, std::string>> settings;
+  if (!options.tls.empty()) settings.emplace_back("TLS", options.tls);
+  if (!options.net_devices.empty()) settings.emplace_back("NET_DEVICES", options.net_devices);
+  if (options.keepalive.count() > 0) {
+    if (may_use_tcp(options.tls)) {
+      // UCX's own keepalive sends a message: on tcp that data, unacknowledged by a silent peer,
+      // stops the kernel's keepalive probes (retransmissions take ~15 min instead). So on tcp the
+      // socket keepalive of the connection UCX opened does the work; docs/design.md "Failure model".
+      settings.emplace_back("KEEPALIVE_INTERVAL", "inf");
+      settings.emplace_back("KEEPIDLE", seconds(options.keepalive));
+      settings.emplace_back("KEEPINTVL", seconds(std::max(std::chrono::milliseconds(1000), options.keepalive / 5)));
+      settings.emplace_back("KEEPCNT", "3");
+    } else {
+      settings.emplace_back("KEEPALIVE_INTERVAL", seconds(options.keepalive));
+    }
+  }
+  for (const auto& [name, value] : settings) {
+    const ucs_status_t s = ucp_config_modify(config, name.c_str(), value.c_str());
     if (s != UCS_OK) {
       ucp_config_release(config);
-      throw InvalidConfigError(std::string("UCX_") + name + " '" + *value + "' rejected: " + ucs_status_string(s));
+      throw InvalidConfigError("UCX_" + name + " '" + value + "' rejected: " + ucs_status_string(s));
     }
   }
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.request_size = kRequestSize;
   std::shared_ptr<UcxContext> ctx(new UcxContext());
   const ucs_status_t s = ucp_init(&params, config, &ctx->context_);
   ucp_config_release(config);

@@ -3,15 +3,28 @@
 // so that it outlives both whatever order they go in.
 #include <ucp/api/ucp.h>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
 namespace hmc::detail {
 
+struct UcxContextOptions {
+  std::string tls;          // UCX_TLS for this context; empty keeps the environment's
+  std::string net_devices;  // UCX_NET_DEVICES; empty keeps the environment's
+  // How long a silent peer in peer-failure mode may go unnoticed: the tcp transport's socket
+  // keepalive (UCX_TCP_KEEPIDLE/KEEPINTVL/KEEPCNT), else UCX_KEEPALIVE_INTERVAL; zero keeps UCX's
+  // defaults and the environment's.
+  std::chrono::milliseconds keepalive{0};
+};
+
 class UcxContext {
  public:
-  // tls / net_devices: UCX_TLS / UCX_NET_DEVICES for this context; empty keeps the environment's.
-  static std::shared_ptr<UcxContext> create(const std::string& tls, const std::string& net_devices);
+  // Every UCX request carries this many bytes for the transport (the token of its post).
+  static constexpr std::size_t kRequestSize = sizeof(std::uint64_t);
+
+  static std::shared_ptr<UcxContext> create(const UcxContextOptions& options);
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;

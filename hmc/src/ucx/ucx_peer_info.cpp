@@ -1,5 +1,8 @@
 #include "ucx/ucx_peer_info.hpp"
 
+#include <unistd.h>
+
+#include <array>
 #include <cstring>
 #include <fstream>
 
@@ -8,8 +11,9 @@
 namespace hmc::detail {
 namespace {
 
-constexpr std::uint32_t kInfoMagic = 0x31584355;  // "UCX1"
-constexpr std::size_t kMaxField = 1u << 20;        // worker addresses and rkeys are far smaller
+constexpr std::uint32_t kInfoMagic = 0x32584355;  // "UCX2"
+constexpr std::size_t kMaxBlob = 1u << 20;         // worker addresses and rkeys are far smaller
+constexpr std::size_t kMaxText = 1024;             // an IP address, a shared-memory domain
 
 class Writer {
  public:
@@ -35,9 +39,9 @@ class Reader {
   bool u32(std::uint32_t& v) { return take(4) && (v = load_le32(at_), true); }
   bool u64(std::uint64_t& v) { return take(8) && (v = load_le64(at_), true); }
   template <class Out>
-  bool blob(Out& out) {
+  bool blob(Out& out, std::size_t max) {
     std::uint32_t n = 0;
-    if (!u32(n) || n > kMaxField || !take(n)) return false;
+    if (!u32(n) || n > max || !take(n)) return false;
     out.resize(n);
     if (n != 0) std::memcpy(out.data(), at_, n);
     return true;
@@ -67,9 +71,11 @@ std::vector<std::byte> UcxPeerInfo::encode() const {
   w.u32(memory_type);
   w.blob(address_ip.data(), address_ip.size());
   w.u16(data_port);
-  w.blob(host_id.data(), host_id.size());
+  w.blob(shm_domain.data(), shm_domain.size());
   w.blob(worker_address.data(), worker_address.size());
+  w.blob(net_worker_address.data(), net_worker_address.size());
   w.blob(rkey.data(), rkey.size());
+  w.u64(fast_token);
   return w.take();
 }
 
@@ -78,18 +84,31 @@ std::string UcxPeerInfo::decode(std::span<const std::byte> bytes, UcxPeerInfo& o
   std::uint32_t magic = 0;
   if (!r.u32(magic) || magic != kInfoMagic) return "not a UCX peer-info message";
   if (!r.u32(out.rank) || !r.u64(out.buffer_base) || !r.u64(out.buffer_size) || !r.u32(out.memory_type) ||
-      !r.blob(out.address_ip) || !r.u16(out.data_port) || !r.blob(out.host_id) || !r.blob(out.worker_address) || !r.blob(out.rkey))
-    return "truncated UCX peer-info message";
+      !r.blob(out.address_ip, kMaxText) || !r.u16(out.data_port) || !r.blob(out.shm_domain, kMaxText) ||
+      !r.blob(out.worker_address, kMaxBlob) || !r.blob(out.net_worker_address, kMaxBlob) ||
+      !r.blob(out.rkey, kMaxBlob) || !r.u64(out.fast_token))
+    return "truncated UCX peer-info message (or a field over its limit)";
   if (!r.done()) return "trailing bytes after the UCX peer-info message";
   if (out.worker_address.empty()) return "UCX peer-info without a worker address";
   return {};
 }
 
-std::string UcxPeerInfo::local_host_id() {
+std::string UcxPeerInfo::local_shm_domain() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
+  std::string domain;
+  std::getline(in, domain);
+  if (domain.empty()) return {};
+  domain += " uid=" + std::to_string(::geteuid());
+  // Namespaces, not the boot id alone: two network namespaces share a kernel but not the abstract
+  // Unix sockets UCX's shared-memory transports signal through; IPC/mount/PID decide the mapping.
+  for (const char* ns : {"net", "ipc", "mnt", "pid"}) {
+    std::array<char, 128> link{};
+    const std::string path = std::string("/proc/self/ns/") + ns;
+    const ssize_t n = ::readlink(path.c_str(), link.data(), link.size() - 1);
+    if (n <= 0) return {};
+    domain += " " + std::string(link.data(), static_cast<std::size_t>(n));
+  }
+  return domain;
 }
 
 }  // namespace hmc::detail

@@ -1,13 +1,15 @@
 #include "ucx/ucx_transport.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
-#include <optional>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "security/auth.hpp"
 #include "ucx/ucx_host_memory.hpp"
 
 namespace hmc::detail {
@@ -15,6 +17,8 @@ namespace hmc::detail {
 using runtime::log;
 
 namespace {
+
+constexpr unsigned kCtrlMessageId = 1;  // the active-message id of HMC's control fast path
 
 error_code from_ucs(ucs_status_t s) {
   switch (s) {
@@ -45,58 +49,35 @@ void check_ucs(ucs_status_t s, const char* what) {
   if (s != UCS_OK) throw Error(Status::ERROR, std::string(what) + " failed: " + ucs_status_string(s));
 }
 
-}  // namespace
-
-struct UcxTransport::Peer {
-  UcxTransport* owner = nullptr;
-  UcxPeerInfo info;
-  ucp_ep_h ep = nullptr;
-  ucp_rkey_h rkey = nullptr;
-  bool peer_error_mode = false;  // UCX reports this peer's failure (remote hosts)
-  std::vector<Op*> unflushed;    // puts waiting for the next endpoint flush
-  bool flush_posted = false;
-};
-
-struct UcxTransport::FlushBatch {
-  UcxTransport* owner = nullptr;
-  std::uint32_t rank = 0;
-  std::vector<Op*> ops;
-};
-
-struct UcxTransport::Op {
-  UcxTransport* owner = nullptr;
-  std::uint32_t rank = 0;
-  bool is_put = false;
-  bool pipeline = false;
-  std::uint64_t region = 0;
-  // Asio 1.26's any_completion_handler move assignment recurses forever: only ever construct it.
-  std::optional<Completion> done;
-  std::vector<Segment> segments;
-  std::size_t chunk = 0, window = 0, issued = 0;  // pipeline: bytes issued so far
-  std::size_t outstanding = 0;                    // UCX requests whose callback has not run
-  error_code status;                              // first error
-  bool started = false, queued = false, flushing = false, flushed = false, user_done = false;
-  clock::time_point deadline{};
-  std::list<Op*>::iterator deadline_it{};
-  bool in_deadline_list = false;
-  bool released = false;
-  bool orphaned = false;  // its peer was removed: no longer counts against max_inflight
-  std::vector<std::byte> message;   // an active message (ctrl fast path)
-  std::uint32_t header = 0;         // its header (the sender's rank), alive until completion
-};
-
-namespace {
-constexpr unsigned kCtrlMessageId = 1;  // the active-message id HMC's control messages use
+std::vector<std::byte> worker_address(ucp_worker_h worker, bool net_only) {
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+  attr.address_flags = net_only ? UCP_WORKER_ADDRESS_FLAG_NET_ONLY : 0;
+  check_ucs(ucp_worker_query(worker, &attr), "ucp_worker_query");
+  const auto* a = reinterpret_cast<const std::byte*>(attr.address);
+  std::vector<std::byte> out(a, a + attr.address_length);
+  ucp_worker_release_address(worker, attr.address);
+  return out;
 }
+
+std::uint64_t random_token() {
+  const Nonce n = random_nonce();
+  std::uint64_t t = 0;
+  std::memcpy(&t, n.data(), sizeof t);
+  return t;
+}
+
+}  // namespace
 
 UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext> context, ConnBuffer& buffer,
                            UcxOptions options)
     : loop_(loop),
       buffer_(buffer),
-      options_(std::move(options)),
+      options_(options),
       context_holder_(std::move(context)),
       context_(context_holder_->get()),
-      deadline_timer_(loop.executor()) {
+      regions_([ctx = context_](void* memh) { ucp_mem_unmap(ctx, static_cast<ucp_mem_h>(memh)); }),
+      engine_(loop.executor(), *this, regions_, options.engine) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop thread touches the worker
@@ -108,14 +89,10 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext>
   hp.cb = &UcxTransport::on_active_message;
   hp.arg = this;
   check_ucs(ucp_worker_set_am_recv_handler(worker_, &hp), "ucp_worker_set_am_recv_handler");
-  host_id_ = UcxPeerInfo::local_host_id();
-
-  ucp_address_t* address = nullptr;
-  std::size_t address_len = 0;
-  check_ucs(ucp_worker_get_address(worker_, &address, &address_len), "ucp_worker_get_address");
-  const auto* a = reinterpret_cast<const std::byte*>(address);
-  worker_address_.assign(a, a + address_len);
-  ucp_worker_release_address(worker_, address);
+  shm_domain_ = UcxPeerInfo::local_shm_domain();
+  worker_address_ = worker_address(worker_, false);
+  // Peers that cannot share our memory get this one: UCX then never tries shared memory with them.
+  net_worker_address_ = worker_address(worker_, true);
 
   // A buffer UCX allocated is registered already (and shareable); anything else is mapped here.
   const auto* ucx_memory = dynamic_cast<const UcxHostMemory*>(&buffer_.memory());
@@ -130,67 +107,91 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext>
     mp.memory_type = ucx_memory_type(buffer_.type());
     check_ucs(ucp_mem_map(context_, &mp, &memh), "ucp_mem_map");
   }
-  regions_[0] = Region{buffer_.data(), buffer_.size(), memh, 0, false, owned};
+  regions_.set_buffer(RegionTable::Region{buffer_.data(), buffer_.size(), memh, owned, 0, false});
   void* rkey_buffer = nullptr;
   std::size_t rkey_len = 0;
   check_ucs(ucp_rkey_pack(context_, memh, &rkey_buffer, &rkey_len), "ucp_rkey_pack");
   const auto* r = static_cast<const std::byte*>(rkey_buffer);
   rkey_.assign(r, r + rkey_len);
   ucp_rkey_buffer_release(rkey_buffer);
-  log().debug("ucx transport ready: buffer={} bytes ({}) worker address={} bytes rkey={} bytes", buffer_.size(),
-              owned ? "registered" : "allocated by UCX", worker_address_.size(), rkey_.size());
+  log().debug("ucx transport ready: buffer={} bytes ({}) worker address={} bytes ({} network only) rkey={} bytes",
+              buffer_.size(), owned ? "registered" : "allocated by UCX", worker_address_.size(),
+              net_worker_address_.size(), rkey_.size());
 }
 
 UcxTransport::~UcxTransport() {
   poller_.detach();
-  deadline_timer_.cancel();
   std::vector<std::uint32_t> ranks;
   for (const auto& [rank, p] : peers_) ranks.push_back(rank);
   for (auto rank : ranks) remove_peer(rank, make_error_code(Status::CLOSED));
-  // UCX cannot abandon requests: progress until every endpoint close and request has come back.
-  const auto limit = clock::now() + std::chrono::seconds(2);
-  while ((!closing_.empty() || started_ops_ != 0) && clock::now() < limit) {
-    ucp_worker_progress(worker_);
+  // UCX cannot abandon requests: progress until every endpoint close has come back, then briefly
+  // for posts (a closed endpoint returns them at once, except those UCX 1.13 tcp loses for good),
+  // sleeping on the worker's fd between rounds.
+  const auto now = [] { return std::chrono::steady_clock::now(); };
+  const auto close_limit = now() + std::chrono::seconds(2);
+  auto post_limit = close_limit;
+  while ((!closing_.empty() || engine_.posts_outstanding() != 0) && now() < std::min(close_limit, post_limit)) {
+    if (ucp_worker_progress(worker_) == 0 && done_posts_.empty() && done_closes_.empty() &&
+        ucp_worker_arm(worker_) == UCS_OK) {
+      pollfd p{efd_, POLLIN, 0};
+      ::poll(&p, 1, 1);
+    }
     process_completions();
+    if (closing_.empty() && post_limit == close_limit) post_limit = now() + std::chrono::milliseconds(50);
   }
-  if (started_ops_ != 0 || !closing_.empty())
-    log().warn("ucx transport closed with {} operations and {} endpoint closes still in UCX", started_ops_,
+  if (engine_.posts_outstanding() != 0 || !closing_.empty())
+    log().warn("ucx transport closed with {} posts and {} endpoint closes still in UCX", engine_.posts_outstanding(),
                closing_.size());
   for (auto& p : closing_)
     if (p->rkey) ucp_rkey_destroy(p->rkey);
-  for (auto& [id, r] : regions_)
-    if (r.owned) ucp_mem_unmap(context_, r.memh);
   if (worker_) ucp_worker_destroy(worker_);
 }
 
 void UcxTransport::attach() { poller_ = loop_.attach(*this); }
 
-UcxPeerInfo UcxTransport::local_info(std::uint32_t self_rank, const std::string& ip, std::uint16_t data_port) {
-  self_rank_ = self_rank;
+std::vector<std::byte> UcxTransport::local_info(std::uint32_t to, const LocalAddress& self) {
+  // A fresh secret per peer and connection: `to` names itself with it on the fast path.
+  if (auto it = fast_token_of_.find(to); it != fast_token_of_.end()) rank_of_token_.erase(it->second);
+  std::uint64_t token = 0;
+  do token = random_token();
+  while (token == 0 || rank_of_token_.count(token) != 0);
+  fast_token_of_[to] = token;
+  rank_of_token_[token] = to;
+
   UcxPeerInfo info;
-  info.rank = self_rank;
+  info.rank = self.rank;
   info.buffer_base = reinterpret_cast<std::uintptr_t>(buffer_.data());
   info.buffer_size = buffer_.size();
   info.memory_type = static_cast<std::uint32_t>(buffer_.type());
-  info.address_ip = ip;
-  info.data_port = data_port;
-  info.host_id = host_id_;
+  info.address_ip = self.ip;
+  info.data_port = self.data_port;
+  info.shm_domain = shm_domain_;
   info.worker_address = worker_address_;
+  info.net_worker_address = net_worker_address_;
   info.rkey = rkey_;
-  return info;
+  info.fast_token = token;
+  return info.encode();
 }
 
-bool UcxTransport::add_peer(const UcxPeerInfo& info, std::string& why) {
-  if (peers_.count(info.rank) != 0) remove_peer(info.rank, make_error_code(Status::PEER_LOST));
+std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte> bytes) {
+  if (peers_.count(rank) != 0) return "rank " + std::to_string(rank) + " is connected already";
+  UcxPeerInfo info;
+  if (std::string why = UcxPeerInfo::decode(bytes, info); !why.empty()) return why;
+  if (info.rank != rank) return "peer info names rank " + std::to_string(info.rank);
   auto p = std::make_unique<Peer>();
   p->owner = this;
-  p->info = info;
+  p->record = PeerRecord{rank, info.address_ip, info.data_port, info.buffer_size};
+  p->remote_base = info.buffer_base;
+  p->fast_header = encode_fast_header(info.fast_token);
+  // Shared memory only within one domain (same kernel, user and namespaces). UCX 1.13's posix and
+  // sysv transports refuse peer-failure mode, so such a peer gets mode NONE and its death is seen
+  // by the control socket; any other peer gets the network-only address and UCX's error callback.
+  const bool shared = !shm_domain_.empty() && info.shm_domain == shm_domain_;
+  p->peer_error_mode = !shared;
+  const auto& address = shared || info.net_worker_address.empty() ? info.worker_address : info.net_worker_address;
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  ep.address = reinterpret_cast<const ucp_address_t*>(p->info.worker_address.data());
-  // UCX 1.13's shared-memory transports (posix, sysv) refuse peer-failure mode, so a same-host peer
-  // gets mode NONE and shared memory; its death is seen through the control socket instead.
-  p->peer_error_mode = info.host_id.empty() || info.host_id != host_id_;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
   ep.err_mode = p->peer_error_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   if (p->peer_error_mode) {
     ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -198,27 +199,29 @@ bool UcxTransport::add_peer(const UcxPeerInfo& info, std::string& why) {
     ep.err_handler.arg = p.get();
   }
   ucs_status_t s = ucp_ep_create(worker_, &ep, &p->ep);
+  if (s != UCS_OK) return std::string("ucp_ep_create: ") + ucs_status_string(s);
+  s = ucp_ep_rkey_unpack(p->ep, info.rkey.data(), &p->rkey);
   if (s != UCS_OK) {
-    why = std::string("ucp_ep_create: ") + ucs_status_string(s);
-    return false;
-  }
-  s = ucp_ep_rkey_unpack(p->ep, p->info.rkey.data(), &p->rkey);
-  if (s != UCS_OK) {
-    why = std::string("ucp_ep_rkey_unpack: ") + ucs_status_string(s);
     close_endpoint(*p, true);
     closing_.push_back(std::move(p));
-    return false;
+    return std::string("ucp_ep_rkey_unpack: ") + ucs_status_string(s);
   }
   poller_.kick();
-  log().info("ucx peer rank {} ready ({} bytes at {:#x}) over {}", info.rank, info.buffer_size, info.buffer_base,
-             transports_in_use_of(*p));
-  peers_[info.rank] = std::move(p);
-  return true;
+  log().info("ucx peer rank {} ready ({} bytes at {:#x}) over {}{}", rank, info.buffer_size, info.buffer_base,
+             carriers_of(*p), shared ? "" : " (no shared memory with it)");
+  peers_[rank] = std::move(p);
+  engine_.peer_added(rank);
+  return {};
 }
 
-const UcxPeerInfo* UcxTransport::peer(std::uint32_t rank) const {
+UcxTransport::Peer* UcxTransport::find(std::uint32_t rank) const {
   auto it = peers_.find(rank);
-  return it == peers_.end() ? nullptr : &it->second->info;
+  return it == peers_.end() ? nullptr : it->second.get();
+}
+
+const PeerRecord* UcxTransport::peer(std::uint32_t rank) const {
+  const Peer* p = find(rank);
+  return p == nullptr ? nullptr : &p->record;
 }
 
 std::vector<std::uint32_t> UcxTransport::ranks() const {
@@ -227,12 +230,12 @@ std::vector<std::uint32_t> UcxTransport::ranks() const {
   return out;
 }
 
-std::string UcxTransport::transports_in_use(std::uint32_t rank) const {
-  auto it = peers_.find(rank);
-  return it == peers_.end() ? std::string() : transports_in_use_of(*it->second);
+std::string UcxTransport::carriers(std::uint32_t rank) const {
+  const Peer* p = find(rank);
+  return p == nullptr ? std::string() : carriers_of(*p);
 }
 
-std::string UcxTransport::transports_in_use_of(const Peer& p) const {
+std::string UcxTransport::carriers_of(const Peer& p) const {
   // ucp_ep_print_info names each lane's transport ("... tcp/lo ...", "... posix/memory ...").
   char* text = nullptr;
   std::size_t len = 0;
@@ -256,34 +259,16 @@ std::string UcxTransport::transports_in_use_of(const Peer& p) const {
 }
 
 void UcxTransport::remove_peer(std::uint32_t rank, error_code reason) {
+  if (auto it = fast_token_of_.find(rank); it != fast_token_of_.end()) {
+    rank_of_token_.erase(it->second);
+    fast_token_of_.erase(it);
+  }
   auto it = peers_.find(rank);
   if (it == peers_.end()) return;
   std::unique_ptr<Peer> p = std::move(it->second);
   peers_.erase(it);
-  std::vector<Op*> affected;
-  for (Op* op : by_deadline_)
-    if (op->rank == rank) affected.push_back(op);
-  for (Op* op : affected) {
-    if (op->queued) {
-      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), op));
-      op->queued = false;
-    }
-    finish(op, reason);
-  }
-  for (Op* op : p->unflushed) op->flushing = false;  // the flush will never be issued
-  for (Op* op : affected) maybe_release(op);
-  for (Op* op : p->unflushed) maybe_release(op);
-  p->unflushed.clear();
-  // A force-closed endpoint may never return some requests (seen with UCX 1.13 tcp gets): their
-  // ops stop counting against max_inflight now and are freed when UCX returns them or with us.
-  for (const auto& owned : ops_) {
-    Op* op = owned.get();
-    if (op->rank == rank && op->started && !op->released && !op->orphaned) {
-      op->orphaned = true;
-      --started_ops_;
-    }
-  }
-  start_waiting_ops();
+  // Before the endpoint closes: every operation of the peer is aborted and posts nothing more.
+  engine_.peer_removed(rank, reason);
   // Force only where UCX allows it (peer mode) or the peer is gone; a live peer gets a flushing close.
   close_endpoint(*p, p->peer_error_mode || reason == make_error_code(Status::PEER_LOST));
   closing_.push_back(std::move(p));
@@ -301,32 +286,7 @@ void UcxTransport::close_endpoint(Peer& p, bool force) {
   poller_.kick();
 }
 
-UcxTransport::Op* UcxTransport::new_op(RmaRequest request, Completion done) {
-  Op* op = nullptr;
-  if (!free_ops_.empty()) {
-    op = free_ops_.back();
-    free_ops_.pop_back();
-    op->done.reset();
-    *op = Op{};
-  } else {
-    op = ops_.emplace_back(std::make_unique<Op>()).get();
-  }
-  op->owner = this;
-  op->rank = request.rank;
-  op->is_put = request.is_put;
-  op->region = request.region;
-  op->pipeline = request.chunk != 0;
-  op->chunk = request.chunk;
-  op->window = request.window;
-  op->segments = std::move(request.segments);
-  op->message = std::move(request.message);
-  op->done.emplace(std::move(done));
-  ++regions_.at(op->region).users;
-  ++live_ops_;
-  return op;
-}
-
-void UcxTransport::submit(RmaRequest request, Completion done) { enqueue(new_op(std::move(request), std::move(done))); }
+void UcxTransport::submit(OpRequest request, Completion done) { engine_.submit(std::move(request), std::move(done)); }
 
 std::uint64_t UcxTransport::register_region(void* base, std::size_t size, MemoryType type) {
   ucp_mem_map_params_t mp{};
@@ -338,248 +298,106 @@ std::uint64_t UcxTransport::register_region(void* base, std::size_t size, Memory
   ucp_mem_h memh = nullptr;
   const ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
   if (s != UCS_OK) throw Error(Status::ERROR, std::string("registering user memory: ") + ucs_status_string(s));
-  const std::uint64_t id = next_region_++;
-  regions_[id] = Region{base, size, memh, 0, false, true};
-  return id;
+  return regions_.add(RegionTable::Region{base, size, memh, true, 0, false});
 }
 
-void UcxTransport::unregister_region(std::uint64_t id) {
-  auto it = regions_.find(id);
-  if (id == 0 || it == regions_.end() || it->second.unregistered) return;
-  it->second.unregistered = true;
-  release_region(id);
-}
-
-void UcxTransport::release_region(std::uint64_t id) {
-  auto it = regions_.find(id);
-  if (it == regions_.end() || !it->second.unregistered || it->second.users != 0) return;
-  ucp_mem_unmap(context_, it->second.memh);
-  regions_.erase(it);
-}
+void UcxTransport::unregister_region(std::uint64_t id) { regions_.unregister(id); }
 
 std::size_t UcxTransport::region_size(std::uint64_t id) const {
-  auto it = regions_.find(id);
-  return it == regions_.end() || it->second.unregistered ? 0 : it->second.size;
+  const RegionTable::Region* r = regions_.find(id);
+  return r == nullptr ? 0 : r->size;
 }
 
-void UcxTransport::enqueue(Op* op) {
-  op->deadline = clock::now() + options_.timeout;
-  op->deadline_it = by_deadline_.insert(by_deadline_.end(), op);
-  op->in_deadline_list = true;
-  arm_deadline_timer();
-  if (started_ops_ >= options_.max_inflight) {
-    op->queued = true;  // backpressure: never rejected, started as others finish
-    waiting_.push_back(op);
-    return;
+PostResult UcxTransport::posted(ucs_status_ptr_t r, Token token, const char* what, std::uint32_t rank) {
+  if (r == nullptr) return {};  // done already; no callback follows
+  if (UCS_PTR_IS_ERR(r)) {  // the caller gets the error; a failing endpoint refuses every post
+    log().debug("ucx {} to rank {} refused: {}", what, rank, ucs_status_string(UCS_PTR_STATUS(r)));
+    return {from_ucs(UCS_PTR_STATUS(r)), false};
   }
-  start(op);
+  if (token == kNoToken) {
+    ucp_request_free(r);  // unsignalled: a later flush covers it
+    return {};
+  }
+  // Callbacks run only inside ucp_worker_progress, so the token is in place before one can read it.
+  std::memcpy(r, &token, sizeof token);
+  return {{}, true};
 }
 
-void UcxTransport::start(Op* op) {
-  ++started_ops_;
-  op->started = true;
-  if (peers_.count(op->rank) == 0) {
-    finish(op, make_error_code(Status::PEER_LOST));
-    maybe_release(op);
-    return;
-  }
-  if (!op->message.empty()) {
-    issue_message(op);
-  } else if (op->pipeline) {
-    issue_pipeline_chunks(op);
-  } else {
-    issue_segments(op);
-  }
-  poller_.kick();  // a submission after arming: progress-then-arm must run again
-  op_step(op);
-}
-
-bool UcxTransport::issue_one(Op* op, const Segment& s, bool with_callback) {
-  Peer& p = *peers_.at(op->rank);
-  const Region& region = regions_.at(op->region);
+PostResult UcxTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s,
+                                  Token token) {
+  const Peer* p = find(rank);
+  if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
+  const RegionTable::Region* local = regions_.in_use(region);
+  if (local == nullptr) return {make_error_code(Status::INVALID_ARGUMENT), false};
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-  param.memh = region.memh;
-  if (with_callback) {
+  param.memh = static_cast<ucp_mem_h>(local->handle);
+  if (token != kNoToken) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &UcxTransport::on_request_done;
-    param.user_data = op;
+    param.user_data = this;
   }
-  void* local = static_cast<std::byte*>(region.base) + s.local_offset;
-  const std::uint64_t remote = p.info.buffer_base + s.remote_offset;
-  ucs_status_ptr_t r = op->is_put ? ucp_put_nbx(p.ep, local, s.size, remote, p.rkey, &param)
-                                  : ucp_get_nbx(p.ep, local, s.size, remote, p.rkey, &param);
-  if (r == nullptr) return true;
-  if (UCS_PTR_IS_ERR(r)) {
-    if (!op->status) op->status = from_ucs(UCS_PTR_STATUS(r));
-    log().warn("ucx {} to rank {} failed: {}", op->is_put ? "put" : "get", op->rank,
-               ucs_status_string(UCS_PTR_STATUS(r)));
-    return false;
-  }
-  if (with_callback) {
-    ++op->outstanding;  // the callback frees the request
-  } else {
-    ucp_request_free(r);  // no callback: completion is observed through the endpoint flush
-  }
-  return true;
+  void* at = static_cast<std::byte*>(local->base) + s.local_offset;
+  const std::uint64_t remote = p->remote_base + s.remote_offset;
+  ucs_status_ptr_t r = is_put ? ucp_put_nbx(p->ep, at, s.size, remote, p->rkey, &param)
+                              : ucp_get_nbx(p->ep, at, s.size, remote, p->rkey, &param);
+  return posted(r, token, is_put ? "put" : "get", rank);
 }
 
-void UcxTransport::issue_message(Op* op) {
-  Peer& p = *peers_.at(op->rank);
-  op->header = self_rank_;
+PostResult UcxTransport::post_flush(std::uint32_t rank, Token token) {
+  const Peer* p = find(rank);
+  if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxTransport::on_request_done;
+  param.user_data = this;
+  return posted(ucp_ep_flush_nbx(p->ep, &param), token, "flush", rank);
+}
+
+PostResult UcxTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
+  const Peer* p = find(rank);
+  if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = &UcxTransport::on_request_done;
-  param.user_data = op;
+  param.user_data = this;
   param.flags = UCP_AM_SEND_FLAG_EAGER;  // the receiver gets the data in its callback, in order
-  ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kCtrlMessageId, &op->header, sizeof op->header, op->message.data(),
-                                       op->message.size(), &param);
-  if (r == nullptr) return;
-  if (UCS_PTR_IS_ERR(r)) {
-    if (!op->status) op->status = from_ucs(UCS_PTR_STATUS(r));
-    return;
-  }
-  ++op->outstanding;
+  // The header lives in the Peer (kept until the worker is gone): UCX 1.13 may read it until completion.
+  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, kCtrlMessageId, p->fast_header.data(), p->fast_header.size(),
+                                       bytes.data(), bytes.size(), &param);
+  return posted(r, token, "fast-path message", rank);
 }
 
 ucs_status_t UcxTransport::on_active_message(void* arg, const void* header, std::size_t header_length, void* data,
                                              std::size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxTransport*>(arg);
-  // Eager data is readable during this callback (we copy it); only rendezvous would need a receive.
-  if (header_length != sizeof(std::uint32_t) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    log().error("ucx: dropped a malformed control active message ({} header bytes)", header_length);
+  // The sender is the peer whose secret the header carries, never what the header claims otherwise.
+  const auto token = parse_fast_header({static_cast<const std::byte*>(header), header_length});
+  auto it = token ? self->rank_of_token_.find(*token) : self->rank_of_token_.end();
+  if (it == self->rank_of_token_.end()) {
+    if (self->dropped_messages_++ % 1000 == 0)
+      log().error("ucx: dropped a fast-path message from an unknown sender ({} so far)", self->dropped_messages_);
     return UCS_OK;
   }
-  std::uint32_t rank = 0;
-  std::memcpy(&rank, header, sizeof rank);
+  const std::uint32_t rank = it->second;
+  // We only send eager messages: a rendezvous one (its data not here) or an oversized one is refused
+  // before anything is allocated for it.
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length > self->options_.max_message) {
+    self->misbehaving_.emplace_back(rank, "a fast-path message of " + std::to_string(length) + " bytes" +
+                                              ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0
+                                                   ? " (rendezvous)"
+                                                   : ", over the limit of " + std::to_string(self->options_.max_message)));
+    return UCS_OK;
+  }
   const auto* bytes = static_cast<const std::byte*>(data);
   self->received_messages_.emplace_back(rank, std::vector<std::byte>(bytes, bytes + length));
   return UCS_OK;  // copied: UCX may reuse the data
 }
 
-void UcxTransport::issue_segments(Op* op) {
-  for (const Segment& s : op->segments)
-    if (!issue_one(op, s, /*with_callback=*/!op->is_put)) break;
-  if (op->is_put && !op->status) request_flush(*peers_.at(op->rank), op);
-}
-
-void UcxTransport::issue_pipeline_chunks(Op* op) {
-  const Segment& whole = op->segments.front();
-  while (!op->status && op->issued < whole.size && op->outstanding < op->window) {
-    const std::size_t n = std::min(op->chunk, whole.size - op->issued);
-    const Segment piece{whole.local_offset + op->issued, whole.remote_offset + op->issued, n};
-    op->issued += n;
-    if (!issue_one(op, piece, /*with_callback=*/true)) break;
-  }
-}
-
-void UcxTransport::request_flush(Peer& p, Op* op) {
-  op->flushing = true;
-  p.unflushed.push_back(op);
-  if (p.flush_posted) return;
-  p.flush_posted = true;
-  // One flush covers every put issued to this peer before it runs: posted, so a burst shares it.
-  asio::post(loop_.executor(), [this, rank = op->rank, life = std::weak_ptr<int>(life_)] {
-    if (life.lock()) flush_now(rank);
-  });
-}
-
-void UcxTransport::flush_now(std::uint32_t rank) {
-  auto it = peers_.find(rank);
-  if (it == peers_.end()) return;
-  Peer& p = *it->second;
-  p.flush_posted = false;
-  auto* batch = new FlushBatch{this, rank, std::move(p.unflushed)};
-  p.unflushed.clear();
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &UcxTransport::on_flush_done;
-  param.user_data = batch;
-  ucs_status_ptr_t r = ucp_ep_flush_nbx(p.ep, &param);
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) {
-    done_flushes_.emplace_back(batch, r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
-    process_completions();
-  }
-  poller_.kick();
-}
-
-void UcxTransport::op_step(Op* op) {
-  if (op->pipeline && !op->status) {
-    issue_pipeline_chunks(op);
-    poller_.kick();
-    if (op->outstanding == 0 && op->issued == op->segments.front().size && op->is_put && !op->flushed &&
-        !op->flushing && peers_.count(op->rank) != 0) {
-      request_flush(*peers_.at(op->rank), op);
-    }
-  }
-  const bool pipeline_done = !op->pipeline || op->status || op->issued == op->segments.front().size;
-  const bool put_flushed = !op->is_put || !op->pipeline || op->status || op->flushed;
-  if (op->outstanding == 0 && !op->flushing && pipeline_done && put_flushed) finish(op, op->status);
-  maybe_release(op);
-}
-
-void UcxTransport::finish(Op* op, error_code ec) {
-  if (op->in_deadline_list) {
-    by_deadline_.erase(op->deadline_it);
-    op->in_deadline_list = false;
-  }
-  if (op->user_done) return;
-  op->user_done = true;
-  Completion done(std::move(*op->done));
-  op->done.reset();
-  runtime::complete_later(loop_.executor(), std::move(done), ec);
-}
-
-void UcxTransport::maybe_release(Op* op) {
-  if (op->released || !op->user_done || op->outstanding != 0 || op->flushing || op->queued) return;
-  op->released = true;
-  if (op->started && !op->orphaned) --started_ops_;
-  --regions_.at(op->region).users;
-  release_region(op->region);
-  --live_ops_;
-  free_ops_.push_back(op);
-  start_waiting_ops();
-}
-
-void UcxTransport::start_waiting_ops() {
-  while (!waiting_.empty() && started_ops_ < options_.max_inflight) {
-    Op* op = waiting_.front();
-    waiting_.pop_front();
-    op->queued = false;
-    start(op);
-  }
-}
-
-void UcxTransport::arm_deadline_timer() {
-  if (deadline_timer_armed_ || by_deadline_.empty()) return;
-  deadline_timer_armed_ = true;
-  deadline_timer_.expires_at(by_deadline_.front()->deadline);
-  deadline_timer_.async_wait([this, life = std::weak_ptr<int>(life_)](error_code ec) {
-    if (!life.lock()) return;
-    deadline_timer_armed_ = false;
-    if (!ec) expire_deadlines();
-    arm_deadline_timer();
-  });
-}
-
-void UcxTransport::expire_deadlines() {
-  const auto now = clock::now();
-  while (!by_deadline_.empty() && by_deadline_.front()->deadline <= now) {
-    Op* op = by_deadline_.front();
-    if (op->queued) {
-      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), op));
-      op->queued = false;
-    }
-    // UCX cannot cancel an RMA in flight: the caller hears "timeout", the op lives until UCX is done.
-    finish(op, make_error_code(Status::TIMEOUT));
-    maybe_release(op);
-  }
-}
-
 bool UcxTransport::progress() {
   const unsigned n = ucp_worker_progress(worker_);
-  const bool had = !done_requests_.empty() || !done_flushes_.empty() || !done_closes_.empty() ||
-                   !failed_peers_.empty() || !received_messages_.empty();
+  const bool had = !done_posts_.empty() || !done_closes_.empty() || !failed_peers_.empty() ||
+                   !received_messages_.empty() || !misbehaving_.empty();
   process_completions();
   return n != 0 || had;
 }
@@ -593,37 +411,28 @@ runtime::ArmResult UcxTransport::try_arm() {
 
 void UcxTransport::process_completions() {
   // UCX callbacks only record; the work happens here, outside ucp_worker_progress.
-  while (!done_requests_.empty() || !done_flushes_.empty() || !done_closes_.empty() || !failed_peers_.empty() ||
-         !received_messages_.empty()) {
+  while (!done_posts_.empty() || !done_closes_.empty() || !failed_peers_.empty() || !received_messages_.empty() ||
+         !misbehaving_.empty()) {
     auto messages = std::move(received_messages_);
     received_messages_.clear();
     for (auto& [rank, bytes] : messages)
-      if (on_message) on_message(rank, std::move(bytes));
-    auto requests = std::move(done_requests_);
-    done_requests_.clear();
-    for (auto [op, status] : requests) {
-      --op->outstanding;
-      if (status != UCS_OK && !op->status) op->status = from_ucs(status);
-      op_step(op);
-    }
-    auto flushes = std::move(done_flushes_);
-    done_flushes_.clear();
-    for (auto [batch, status] : flushes) {
-      for (Op* op : batch->ops) {
-        if (!op->flushing) continue;  // its peer was removed meanwhile
-        op->flushing = false;
-        op->flushed = true;
-        if (status != UCS_OK && !op->status) op->status = from_ucs(status);
-        op_step(op);
-      }
-      delete batch;
+      if (on_message && fast_token_of_.count(rank) != 0) on_message(rank, bytes);  // not dropped meanwhile
+    auto posts = std::move(done_posts_);
+    done_posts_.clear();
+    for (auto [token, status] : posts) engine_.completed(token, from_ucs(status));
+    auto offenders = std::move(misbehaving_);
+    misbehaving_.clear();
+    for (auto& [rank, why] : offenders) {
+      if (fast_token_of_.count(rank) == 0) continue;  // dropped already
+      log().error("ucx: rank {} sent {}; disconnecting it", rank, why);
+      remove_peer(rank, make_error_code(Status::PROTOCOL_ERROR));
+      if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PROTOCOL_ERROR));
     }
     auto failed = std::move(failed_peers_);
     failed_peers_.clear();
     for (auto [peer, status] : failed) {
-      const std::uint32_t rank = peer->info.rank;
-      auto it = peers_.find(rank);
-      if (it == peers_.end() || it->second.get() != peer) continue;  // already removed
+      const std::uint32_t rank = peer->record.rank;
+      if (find(rank) != peer) continue;  // already removed
       log().warn("ucx endpoint to rank {} failed: {}", rank, ucs_status_string(status));
       remove_peer(rank, make_error_code(Status::PEER_LOST));
       if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PEER_LOST));
@@ -642,14 +451,9 @@ void UcxTransport::process_completions() {
 
 // Callbacks record and free their request (freeing earlier would suppress the callback).
 void UcxTransport::on_request_done(void* request, ucs_status_t status, void* user_data) {
-  auto* op = static_cast<Op*>(user_data);
-  op->owner->done_requests_.emplace_back(op, status);
-  ucp_request_free(request);
-}
-
-void UcxTransport::on_flush_done(void* request, ucs_status_t status, void* user_data) {
-  auto* batch = static_cast<FlushBatch*>(user_data);
-  batch->owner->done_flushes_.emplace_back(batch, status);
+  Token token = kNoToken;
+  std::memcpy(&token, request, sizeof token);
+  static_cast<UcxTransport*>(user_data)->done_posts_.emplace_back(token, status);
   ucp_request_free(request);
 }
 

@@ -1,0 +1,34 @@
+# `cmake --install`: headers, the static libraries, a CMake package (find_package(hmc CONFIG) ->
+# hmc::hmc) and a pkg-config file. The libraries are static, so the package also finds what they
+# link (UCX, liburing, spdlog, Boost headers, OpenSSL, threads) again on the user's side.
+include(CMakePackageConfigHelpers)
+
+install(TARGETS hmc hmc_runtime hmc_asio EXPORT hmcTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(DIRECTORY hmc/include/ runtime/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+set(HMC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hmc)
+install(EXPORT hmcTargets NAMESPACE hmc:: DESTINATION ${HMC_CMAKE_DIR})
+configure_package_config_file(cmake/hmcConfig.cmake.in ${CMAKE_CURRENT_BINARY_DIR}/hmcConfig.cmake
+                              INSTALL_DESTINATION ${HMC_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/hmcConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hmcConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/hmcConfigVersion.cmake
+        DESTINATION ${HMC_CMAKE_DIR})
+
+# pkg-config: the compile definitions hmc_asio makes public, and every library in link order.
+set(HMC_PC_DEFINES "-DBOOST_ASIO_SEPARATE_COMPILATION -DBOOST_ASIO_NO_DEPRECATED -DBOOST_ASIO_NO_TS_EXECUTORS")
+set(HMC_PC_REQUIRES "ucx spdlog libssl libcrypto")
+if(HMC_ASIO_BACKEND STREQUAL "io_uring")
+  string(APPEND HMC_PC_DEFINES " -DBOOST_ASIO_HAS_IO_URING -DBOOST_ASIO_DISABLE_EPOLL -DHMC_ASIO_IO_URING")
+  string(APPEND HMC_PC_REQUIRES " liburing")
+endif()
+set(HMC_PC_LIBS "")
+if(HMC_HAVE_CUDA)
+  string(APPEND HMC_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcudart")
+endif()
+if(HMC_HAVE_HIP)
+  string(APPEND HMC_PC_LIBS " ${HMC_HIP_LIBRARY}")
+endif()
+# Relocatable: the prefix is found from the .pc file's own place (cmake --install --prefix anywhere).
+file(RELATIVE_PATH HMC_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+configure_file(cmake/hmc.pc.in ${CMAKE_CURRENT_BINARY_DIR}/hmc.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hmc.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,384 @@
+#include "transport/op_engine.hpp"
+
+#include <algorithm>
+
+#include "hmc/error.hpp"
+#include "hmc/runtime/deadline.hpp"
+
+namespace hmc::detail {
+
+namespace {
+bool is_terminal(OpState s) { return s != OpState::queued && s != OpState::active; }
+}  // namespace
+
+struct OpEngine::PeerState {
+  std::vector<Op*> unflushed;          // puts waiting for the next flush
+  bool flush_posted = false;           // a flush_now for this peer is queued on the loop
+  std::vector<FlushBatch*> inflight;   // flushes posted and not yet reported
+};
+
+struct OpEngine::FlushBatch {
+  std::uint32_t rank = 0;
+  std::vector<Op*> ops;
+  bool live = true;  // false once its peer was removed: it no longer counts, its ops left it
+};
+
+struct OpEngine::Op {
+  std::uint32_t rank = 0;
+  OpKind kind = OpKind::put;
+  OpState state = OpState::queued;
+  bool pipeline = false;
+  bool started = false;   // holds a max_inflight slot
+  bool orphaned = false;  // its peer was removed: its posts no longer count as live
+  bool in_flush = false;  // belongs to a flush batch, queued or posted
+  bool flushed = false;
+  bool released = false;
+  std::uint64_t region = 0;
+  // Asio 1.26's any_completion_handler move assignment recurses forever: only ever construct it.
+  std::optional<Completion> done;
+  std::vector<Segment> segments;
+  std::vector<std::byte> message;
+  std::size_t chunk = 0, window = 0, issued = 0;  // pipeline: bytes posted so far
+  std::size_t outstanding = 0;                    // signalled posts not yet reported
+  error_code error;                               // the first failure
+  runtime::steady_clock::time_point deadline{};
+  Op* deadline_prev = nullptr;
+  Op* deadline_next = nullptr;
+  bool in_deadline_list = false;
+  Op* waiting_next = nullptr;
+};
+
+namespace {
+// Records are heap objects aligned to at least 8: the low bit tells a flush from an operation.
+template <class T>
+Token token_of(T* p, bool flush) {
+  return static_cast<Token>(reinterpret_cast<std::uintptr_t>(p)) | (flush ? 1u : 0u);
+}
+}  // namespace
+
+OpEngine::OpEngine(runtime::loop_executor executor, OpPoster& poster, RegionTable& regions, EngineOptions options)
+    : executor_(executor), poster_(poster), regions_(regions), options_(options), deadline_timer_(executor) {}
+
+OpEngine::~OpEngine() {
+  deadline_timer_.cancel();
+  // The transport removed every peer first; this only covers operations it never could start.
+  for (const auto& owned : ops_)
+    if (!owned->released) terminal(owned.get(), OpState::aborted, make_error_code(Status::CLOSED));
+}
+
+OpEngine::Op* OpEngine::new_op(OpRequest request, Completion done) {
+  Op* op = nullptr;
+  if (!free_ops_.empty()) {
+    op = free_ops_.back();
+    free_ops_.pop_back();
+    op->done.reset();
+    *op = Op{};
+  } else {
+    op = ops_.emplace_back(std::make_unique<Op>()).get();
+  }
+  op->rank = request.rank;
+  op->kind = request.kind;
+  op->region = request.region;
+  op->pipeline = request.chunk != 0;
+  op->chunk = request.chunk;
+  op->window = request.window;
+  op->segments = std::move(request.segments);
+  op->message = std::move(request.message);
+  op->done.emplace(std::move(done));
+  regions_.acquire(op->region);
+  ++live_ops_;
+  return op;
+}
+
+void OpEngine::submit(OpRequest request, Completion done) { enqueue(new_op(std::move(request), std::move(done))); }
+
+void OpEngine::enqueue(Op* op) {
+  op->deadline = runtime::deadline_after(options_.timeout);
+  op->deadline_prev = deadline_tail_;
+  if (deadline_tail_ != nullptr) deadline_tail_->deadline_next = op; else deadline_head_ = op;
+  deadline_tail_ = op;
+  op->in_deadline_list = true;
+  ++waiting_callers_;
+  arm_deadline_timer();
+  if (started_ops_ >= options_.max_inflight) {
+    op->state = OpState::queued;  // backpressure: never rejected, started as others finish
+    if (waiting_tail_ != nullptr) waiting_tail_->waiting_next = op; else waiting_head_ = op;
+    waiting_tail_ = op;
+    return;
+  }
+  start(op);
+}
+
+void OpEngine::start(Op* op) {
+  op->state = OpState::active;
+  op->started = true;
+  ++started_ops_;
+  if (peers_.count(op->rank) == 0) {
+    terminal(op, OpState::aborted, make_error_code(Status::PEER_LOST));
+    maybe_release(op);
+    return;
+  }
+  if (op->kind == OpKind::message) {
+    post_message(op);
+  } else if (op->pipeline) {
+    post_chunks(op);
+  } else {
+    post_segments(op);
+  }
+  poster_.kick();
+  step(op);
+}
+
+void OpEngine::note_post(Op* op, const PostResult& r, Token token) {
+  if (!r.pending || token == kNoToken) return;
+  ++op->outstanding;
+  ++all_posts_;
+  if (!op->orphaned) ++live_posts_;
+}
+
+void OpEngine::post_segments(Op* op) {
+  const bool is_put = op->kind == OpKind::put;
+  bool posted_any = false;
+  for (const Segment& s : op->segments) {
+    // Puts are unsignalled: the flush covers them. Gets write local memory: each one is reported.
+    const Token token = is_put ? kNoToken : token_of(op, false);
+    const PostResult r = poster_.post_rma(op->rank, is_put, op->region, s, token);
+    if (r.error) {
+      fail(op, r.error);
+      break;
+    }
+    posted_any = true;
+    note_post(op, r, token);
+  }
+  // Also after a failure: the flush is what tells when the puts already posted stop reading memory.
+  if (is_put && posted_any) request_flush(op);
+}
+
+void OpEngine::post_chunks(Op* op) {
+  const Segment& whole = op->segments.front();
+  const Token token = token_of(op, false);
+  while (op->state == OpState::active && !op->error && op->issued < whole.size && op->outstanding < op->window) {
+    const std::size_t n = std::min(op->chunk, whole.size - op->issued);
+    const Segment piece{whole.local_offset + op->issued, whole.remote_offset + op->issued, n};
+    const PostResult r = poster_.post_rma(op->rank, op->kind == OpKind::put, op->region, piece, token);
+    if (r.error) {
+      fail(op, r.error);
+      break;
+    }
+    op->issued += n;
+    note_post(op, r, token);
+  }
+}
+
+void OpEngine::post_message(Op* op) {
+  const Token token = token_of(op, false);
+  const PostResult r = poster_.post_message(op->rank, op->message, token);
+  if (r.error) {
+    fail(op, r.error);
+    return;
+  }
+  note_post(op, r, token);
+}
+
+void OpEngine::fail(Op* op, error_code ec) {
+  if (!op->error) op->error = ec;
+}
+
+void OpEngine::step(Op* op) {
+  if (op->state != OpState::active) return maybe_release(op);
+  if (op->pipeline && !op->error) {
+    post_chunks(op);
+    poster_.kick();
+  }
+  if (op->outstanding != 0 || op->in_flush) return;  // an error waits too: memory is still in use
+  if (op->pipeline && !op->error) {
+    if (op->issued < op->segments.front().size) return;
+    if (op->kind == OpKind::put && !op->flushed) return request_flush(op);
+  }
+  terminal(op, op->error ? OpState::failed : OpState::done, op->error);
+  maybe_release(op);
+}
+
+void OpEngine::terminal(Op* op, OpState state, error_code ec) {
+  if (is_terminal(op->state)) return;
+  if (op->state == OpState::queued) unlink_waiting(op);
+  unlink_deadline(op);
+  op->state = state;
+  --waiting_callers_;
+  Completion done(std::move(*op->done));
+  op->done.reset();
+  runtime::complete_later(executor_, std::move(done), ec);
+}
+
+void OpEngine::maybe_release(Op* op) {
+  if (op->released || !is_terminal(op->state) || op->outstanding != 0 || op->in_flush) return;
+  op->released = true;
+  if (op->started) {
+    op->started = false;
+    --started_ops_;
+  }
+  regions_.release(op->region);
+  --live_ops_;
+  free_ops_.push_back(op);
+  start_waiting_ops();
+}
+
+void OpEngine::start_waiting_ops() {
+  if (starting_) return;  // an operation failing at start releases and calls back here: the loop goes on
+  starting_ = true;
+  while (waiting_head_ != nullptr && started_ops_ < options_.max_inflight) {
+    Op* op = waiting_head_;
+    unlink_waiting(op);
+    start(op);
+  }
+  starting_ = false;
+}
+
+void OpEngine::unlink_waiting(Op* op) {
+  Op** at = &waiting_head_;
+  Op* prev = nullptr;
+  while (*at != nullptr && *at != op) {
+    prev = *at;
+    at = &(*at)->waiting_next;
+  }
+  if (*at == nullptr) return;
+  *at = op->waiting_next;
+  if (waiting_tail_ == op) waiting_tail_ = prev;
+  op->waiting_next = nullptr;
+}
+
+void OpEngine::unlink_deadline(Op* op) {
+  if (!op->in_deadline_list) return;
+  if (op->deadline_prev != nullptr) op->deadline_prev->deadline_next = op->deadline_next; else deadline_head_ = op->deadline_next;
+  if (op->deadline_next != nullptr) op->deadline_next->deadline_prev = op->deadline_prev; else deadline_tail_ = op->deadline_prev;
+  op->deadline_prev = op->deadline_next = nullptr;
+  op->in_deadline_list = false;
+}
+
+void OpEngine::request_flush(Op* op) {
+  auto it = peers_.find(op->rank);
+  if (it == peers_.end()) return fail(op, make_error_code(Status::PEER_LOST));
+  PeerState& p = it->second;
+  op->in_flush = true;
+  p.unflushed.push_back(op);
+  if (p.flush_posted) return;
+  p.flush_posted = true;
+  // One flush covers every put posted to this peer before it runs: deferred, so a burst shares it.
+  asio::post(executor_, [this, rank = op->rank, life = std::weak_ptr<int>(life_)] {
+    if (life.lock()) flush_now(rank);
+  });
+}
+
+void OpEngine::flush_now(std::uint32_t rank) {
+  auto it = peers_.find(rank);
+  if (it == peers_.end()) return;
+  PeerState& p = it->second;
+  p.flush_posted = false;
+  if (p.unflushed.empty()) return;
+  FlushBatch* batch = nullptr;
+  if (!free_batches_.empty()) {
+    batch = free_batches_.back();
+    free_batches_.pop_back();
+  } else {
+    batch = batches_.emplace_back(std::make_unique<FlushBatch>()).get();
+  }
+  batch->rank = rank;
+  batch->live = true;
+  batch->ops.swap(p.unflushed);  // both keep their capacity
+  const PostResult r = poster_.post_flush(rank, token_of(batch, true));
+  if (!r.pending) return flush_done(batch, r.error);
+  p.inflight.push_back(batch);
+  ++all_posts_;
+  ++live_posts_;
+  poster_.kick();
+}
+
+void OpEngine::flush_done(FlushBatch* batch, error_code ec) {
+  for (Op* op : batch->ops) {
+    op->in_flush = false;
+    op->flushed = true;
+    if (ec) fail(op, ec);
+    step(op);
+  }
+  batch->ops.clear();
+  free_batches_.push_back(batch);
+}
+
+void OpEngine::completed(Token token, error_code ec) {
+  --all_posts_;
+  if ((token & 1u) != 0) {
+    auto* batch = reinterpret_cast<FlushBatch*>(static_cast<std::uintptr_t>(token & ~Token{1}));
+    if (batch->live) {
+      --live_posts_;
+      if (auto it = peers_.find(batch->rank); it != peers_.end()) std::erase(it->second.inflight, batch);
+    }
+    return flush_done(batch, ec);
+  }
+  auto* op = reinterpret_cast<Op*>(static_cast<std::uintptr_t>(token));
+  --op->outstanding;
+  if (!op->orphaned) --live_posts_;
+  if (ec) fail(op, ec);
+  step(op);
+}
+
+void OpEngine::peer_added(std::uint32_t rank) { peers_[rank]; }
+
+void OpEngine::peer_removed(std::uint32_t rank, error_code reason) {
+  std::vector<Op*> affected;
+  auto it = peers_.find(rank);
+  if (it != peers_.end()) {
+    PeerState& p = it->second;
+    for (Op* op : p.unflushed) op->in_flush = false;  // that flush is never posted now
+    for (FlushBatch* batch : p.inflight) {
+      // A force-closed endpoint may never report it: it stops counting and its ops leave it.
+      batch->live = false;
+      --live_posts_;
+      for (Op* op : batch->ops) op->in_flush = false;
+      batch->ops.clear();
+    }
+    peers_.erase(it);
+  }
+  for (const auto& owned : ops_) {
+    Op* op = owned.get();
+    if (op->released || op->rank != rank || op->orphaned) continue;
+    op->orphaned = true;
+    live_posts_ -= op->outstanding;
+    if (op->started) {  // what the dead endpoint still holds no longer blocks other peers' operations
+      op->started = false;
+      --started_ops_;
+    }
+    affected.push_back(op);
+  }
+  for (Op* op : affected) terminal(op, OpState::aborted, reason);
+  for (Op* op : affected) maybe_release(op);
+  start_waiting_ops();
+}
+
+void OpEngine::arm_deadline_timer() {
+  if (deadline_timer_armed_ || deadline_head_ == nullptr) return;
+  deadline_timer_armed_ = true;
+  deadline_timer_.expires_at(deadline_head_->deadline);
+  deadline_timer_.async_wait([this, life = std::weak_ptr<int>(life_)](error_code ec) {
+    if (!life.lock()) return;
+    deadline_timer_armed_ = false;
+    if (!ec) expire_deadlines();
+    arm_deadline_timer();
+  });
+}
+
+void OpEngine::expire_deadlines() {
+  const auto now = runtime::steady_clock::now();
+  while (deadline_head_ != nullptr && deadline_head_->deadline <= now) {
+    Op* op = deadline_head_;
+    // Posts cannot be taken back: the caller hears now, the record lives until they are reported.
+    // An operation already failing reports its own error rather than the timeout.
+    if (op->error) {
+      terminal(op, OpState::failed, op->error);
+    } else {
+      terminal(op, OpState::timed_out, make_error_code(Status::TIMEOUT));
+    }
+    maybe_release(op);
+  }
+}
+
+}  // namespace hmc::detail

@@ -1,0 +1,187 @@
+// Sessions whose peers die, time out or share a host: every operation reaches one terminal state,
+// nothing is posted after it, the loop goes idle again and addresses never reach the wrong peer.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "session_test_util.hpp"
+
+namespace hmc {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = runtime::asio;
+using test::fill;
+using test::holds;
+
+constexpr std::uint16_t kDataPort = 18600;
+
+struct Fixture {
+  std::string dir = test::temp_dir();
+  ~Fixture() { std::filesystem::remove_all(dir); }
+  std::unique_ptr<Session> server(const char* tls, std::size_t buffer, std::chrono::milliseconds timeout = 20s) {
+    auto o = test::session_options(tls, runtime::ProgressMode::event, buffer, dir);
+    o.timeout = timeout;
+    auto s = std::make_unique<Session>(o);
+    s->init_server("127.0.0.1", kDataPort, 0, 0, 0, dir);
+    return s;
+  }
+  std::unique_ptr<Session> client(Session& server, std::uint32_t rank, const char* tls, std::size_t buffer,
+                                  std::chrono::milliseconds timeout = 20s) {
+    auto o = test::session_options(tls, runtime::ProgressMode::event, buffer, dir);
+    o.timeout = timeout;
+    auto c = std::make_unique<Session>(o);
+    c->connect(0, rank, "127.0.0.1", kDataPort, server.ctrl_port());
+    server.wait_peer(rank, 10s);
+    return c;
+  }
+};
+
+// Issue 8.1: chunks of a pipeline that complete after their peer was removed used to post the next
+// chunk through peers_.at(rank): std::out_of_range escaped the poller and terminated the process.
+TEST(SessionFailure, PeerDestroyedMidPipelineFailsTheOperationAndNothingElse) {
+  Fixture f;
+  constexpr std::size_t kSize = 64u << 20;
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(round);
+    auto server = f.server("tcp", kSize);
+    auto client = f.client(*server, 1, "tcp", kSize);
+    auto op = client->async_get_pipeline(0, 0, 0, kSize, 64u << 10, 4, asio::use_future);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + round));
+    server.reset();
+    try {
+      op.get();  // it may have finished before the server went
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.status() == Status::PEER_LOST || e.status() == Status::CLOSED) << e.what();
+    }
+    EXPECT_THROW(client->get(0, 0, 0, 8), NotConnectedError);
+  }
+}
+
+// Issue 8.2: after TimeoutError a pipeline used to keep refilling its window, overwriting the
+// caller's buffer long after it was told the get failed. Now at most the chunks in flight when the
+// error was reported (window x chunk bytes) may still land.
+TEST(SessionFailure, TimedOutPipelineStopsWritingTheCallersBuffer) {
+  Fixture f;
+  constexpr std::size_t kSize = 128u << 20, kChunk = 256, kWindow = 2;
+  auto server = f.server("tcp", kSize);
+  auto client = f.client(*server, 1, "tcp", kSize, 1s);
+  fill(server->buffer(), 0, kSize, 7);
+  EXPECT_THROW(client->get_pipeline(0, 0, 0, kSize, kChunk, kWindow), TimeoutError);
+  std::vector<std::byte> at_error(kSize), later(kSize);
+  client->buffer().read_to_cpu(at_error.data(), kSize, 0);
+  std::this_thread::sleep_for(500ms);
+  client->buffer().read_to_cpu(later.data(), kSize, 0);
+  std::size_t changed = 0;
+  for (std::size_t i = 0; i < kSize; ++i) changed += at_error[i] != later[i] ? 1 : 0;
+  std::printf("bytes written after TimeoutError: %zu (bound %zu)\n", changed, kChunk * kWindow);
+  EXPECT_LE(changed, kChunk * kWindow) << "the pipeline kept transferring after it reported the timeout";
+  // The session still works.
+  fill(client->buffer(), 0, 4096, 8);
+  client->put(0, 0, 0, 4096);
+  EXPECT_TRUE(holds(server->buffer(), 0, 4096, 8));
+}
+
+// Issue 8.3: operations abandoned when their peer was lost kept has_pending() true, and the loop's
+// 2 ms safety timer fired ~500 times a second forever. Now the loop thread sleeps again.
+TEST(SessionFailure, LoopGoesIdleAfterAPeerIsLostWithGetsInFlight) {
+  Fixture f;
+  constexpr std::size_t kSize = 64u << 20;
+  auto server = f.server("tcp", kSize);
+  auto client = f.client(*server, 1, "tcp", kSize);
+  std::vector<std::future<void>> ops;
+  for (int i = 0; i < 16; ++i) ops.push_back(client->async_get(0, 0, 0, 4u << 20, asio::use_future));
+  ops.push_back(client->async_get_pipeline(0, 0, 0, kSize, 64u << 10, 8, asio::use_future));
+  server.reset();
+  for (auto& op : ops) {
+    try {
+      op.get();
+    } catch (const Error&) {
+    }
+  }
+  test::LoopThread loop(*client);
+  std::this_thread::sleep_for(300ms);  // the peer's removal and endpoint close settle
+  const auto idle = loop.measure(1s);
+  std::printf("loop thread after the peer loss: %ld wakeups/s, %.1f%% of a core\n", idle.wakeups, idle.cpu * 100.0);
+  EXPECT_LT(idle.wakeups, 50) << "the loop keeps waking up with nothing to do";
+  EXPECT_LT(idle.cpu, 0.05);
+}
+
+// Issue 8.9: a RegisteredMemory names a region of the session that made it; another session must
+// refuse it (region ids are per session, so it used to pick that session's own region of that id).
+TEST(SessionFailure, RegisteredMemoryOfAnotherSessionIsRefused) {
+  Fixture f;
+  auto server = f.server("shm", 1u << 20);
+  auto client = f.client(*server, 1, "shm", 1u << 20);
+  std::vector<std::byte> mine(4096, std::byte{1}), theirs(4096, std::byte{2});
+  RegisteredMemory own = client->register_memory(mine.data(), mine.size());
+  RegisteredMemory foreign = server->register_memory(theirs.data(), theirs.size());
+  ASSERT_EQ(own.id(), foreign.id()) << "the ids collide, which is what makes this dangerous";
+  EXPECT_THROW(client->async_put_from(foreign, 0, 0, 0, 4096, asio::use_future).get(), InvalidArgumentError);
+  EXPECT_THROW(client->async_get_into(foreign, 0, 0, 0, 4096, asio::use_future).get(), InvalidArgumentError);
+  client->async_put_from(own, 0, 0, 0, 4096, asio::use_future).get();
+  std::vector<std::byte> got(4096);
+  server->buffer().read_to_cpu(got.data(), got.size(), 0);
+  EXPECT_EQ(got, mine);
+}
+
+// Issue 8.6: two clients on one host both advertise (127.0.0.1, 0). The address table used to keep
+// only the last one, so the first was unreachable by ip (and silently replaced).
+TEST(SessionFailure, TwoClientsOnOneHostStayDistinctAndLeaveNoStaleEntries) {
+  Fixture f;
+  auto server = f.server("shm", 1u << 20);
+  auto first = f.client(*server, 1, "shm", 1u << 20);
+  auto second = f.client(*server, 2, "shm", 1u << 20);
+  auto at = server->ranks_at("127.0.0.1");
+  std::sort(at.begin(), at.end());
+  EXPECT_EQ(at, (std::vector<std::uint32_t>{1, 2}));
+  second.reset();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (server->peers().size() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server->ranks_at("127.0.0.1"), std::vector<std::uint32_t>{1}) << "the first client became unreachable";
+}
+
+// resolve_peer: exact (ip, port) when a port is given, every match named when several match.
+TEST(SessionFailure, ResolvePeerNamesEveryMatchAndNeverFallsBackToTheIpAlone) {
+  Fixture f;
+  auto server = f.server("shm", 1u << 20);
+  auto first = f.client(*server, 1, "shm", 1u << 20);
+  auto second = f.client(*server, 2, "shm", 1u << 20);
+  EXPECT_EQ(first->resolve_peer("127.0.0.1", kDataPort), 0u);
+  EXPECT_EQ(first->resolve_peer("127.0.0.1", std::nullopt), 0u);
+  EXPECT_THROW(first->resolve_peer("127.0.0.1", kDataPort + 1), NotConnectedError);  // never the ip alone
+  EXPECT_THROW(first->resolve_peer("10.77.9.9", std::nullopt), NotConnectedError);
+  for (std::optional<std::uint16_t> port : {std::optional<std::uint16_t>{}, std::optional<std::uint16_t>{0}}) {
+    try {
+      server->resolve_peer("127.0.0.1", port);
+      ADD_FAILURE() << "two clients at 127.0.0.1 resolved to one";
+    } catch (const InvalidArgumentError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 1 (127.0.0.1:0)"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 2 (127.0.0.1:0)"), std::string::npos) << what;
+    }
+  }
+  second.reset();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (server->peers().size() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server->resolve_peer("127.0.0.1", std::nullopt), 1u) << "the lost peer's entry stayed";
+  first.reset();
+  const auto until2 = std::chrono::steady_clock::now() + 10s;
+  while (!server->peers().empty() && std::chrono::steady_clock::now() < until2) std::this_thread::sleep_for(10ms);
+  EXPECT_THROW(server->resolve_peer("127.0.0.1", std::nullopt), NotConnectedError);
+}
+
+// connect() names the server's data port: a port it does not serve must fail, not be accepted.
+TEST(SessionFailure, ConnectWithTheWrongDataPortFails) {
+  Fixture f;
+  auto server = f.server("shm", 1u << 20);
+  auto o = test::session_options("shm", runtime::ProgressMode::event, 1u << 20, f.dir);
+  Session client(o);
+  EXPECT_THROW(client.connect(0, 1, "127.0.0.1", kDataPort + 1, server->ctrl_port()), InvalidArgumentError);
+  EXPECT_THROW(client.put(0, 0, 0, 8), NotConnectedError);
+}
+
+}  // namespace
+}  // namespace hmc

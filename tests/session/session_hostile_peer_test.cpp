@@ -1,0 +1,243 @@
+// A peer that does not play by the rules, at the data plane: it reaches a session's UCX worker
+// directly (a raw UCX worker in this process, no Session) after an ordinary control connection.
+// Forged fast-path senders are dropped, an oversized fast-path message or a second peer info
+// disconnects its sender, and real peers keep working throughout.
+#include <gtest/gtest.h>
+#include <ucp/api/ucp.h>
+
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "detail/byte_order.hpp"
+#include "hmc/ctrl_channel.hpp"
+#include "session_test_util.hpp"
+#include "ucx/ucx_peer_info.hpp"
+
+namespace hmc {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = runtime::asio;
+
+// A UCX worker outside any Session, with one mapped page: how a hostile peer would reach us.
+class RawUcxPeer {
+ public:
+  explicit RawUcxPeer(const std::string& tls) {
+    ucp_config_t* config = nullptr;
+    ucp_config_read(nullptr, nullptr, &config);
+    ucp_config_modify(config, "TLS", tls.c_str());
+    ucp_config_modify(config, "NET_DEVICES", "lo");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    ok_ = ucp_init(&params, config, &context_) == UCS_OK;
+    ucp_config_release(config);
+    ucp_worker_params_t wp{};
+    ok_ = ok_ && ucp_worker_create(context_, &wp, &worker_) == UCS_OK;
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.length = 4096;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+    ok_ = ok_ && ucp_mem_map(context_, &mp, &memh_) == UCS_OK;
+  }
+  ~RawUcxPeer() {
+    if (ep_ != nullptr) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      wait(ucp_ep_close_nbx(ep_, &param));
+    }
+    if (memh_ != nullptr) ucp_mem_unmap(context_, memh_);
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+  }
+  bool ok() const { return ok_; }
+
+  // A well-formed peer info naming `rank` (a real address and rkey of this worker).
+  std::vector<std::byte> peer_info(std::uint32_t rank) {
+    detail::UcxPeerInfo info;
+    info.rank = rank;
+    ucp_address_t* address = nullptr;
+    std::size_t len = 0;
+    ucp_worker_get_address(worker_, &address, &len);
+    info.worker_address.assign(reinterpret_cast<std::byte*>(address), reinterpret_cast<std::byte*>(address) + len);
+    ucp_worker_release_address(worker_, address);
+    void* rkey = nullptr;
+    ucp_rkey_pack(context_, memh_, &rkey, &len);
+    info.rkey.assign(static_cast<std::byte*>(rkey), static_cast<std::byte*>(rkey) + len);
+    ucp_rkey_buffer_release(rkey);
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    ucp_mem_query(memh_, &attr);
+    info.buffer_base = reinterpret_cast<std::uintptr_t>(attr.address);
+    info.buffer_size = attr.length;
+    return info.encode();
+  }
+
+  void connect(const std::vector<std::byte>& address) {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    ok_ = ok_ && ucp_ep_create(worker_, &ep, &ep_) == UCS_OK;
+  }
+
+  // One eager active message with HMC's control id (1), waited for locally.
+  void send(std::span<const std::byte> header, std::span<const std::byte> body) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    wait(ucp_am_send_nbx(ep_, 1, header.data(), header.size(), body.data(), body.size(), &param));
+  }
+
+ private:
+  void wait(ucs_status_ptr_t r) {
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until)
+      ucp_worker_progress(worker_);
+    ucp_request_free(r);
+  }
+
+  bool ok_ = false;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_mem_h memh_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+};
+
+// A control connection as rank `rank` with no Session behind it; hands over the server's peer info.
+class RawCtrlPeer {
+ public:
+  RawCtrlPeer(std::uint32_t rank, const std::string& dir) {
+    loop_.start();
+    CtrlOptions o;
+    o.uds_dir = dir;
+    channel_ = std::make_unique<CtrlChannel>(loop_, rank, o);
+    channel_->set_handlers(CtrlHandlers{[](std::uint32_t, bool) {},
+                                        [this](std::uint32_t, CtrlMessage m) {
+                                          if (!got_info_) {
+                                            got_info_ = true;
+                                            info_.set_value(std::vector<std::byte>(m.bytes().begin(), m.bytes().end()));
+                                          }
+                                        }});
+  }
+  ~RawCtrlPeer() { channel_.reset(); }
+  // Connects to the server and returns its decoded peer info.
+  detail::UcxPeerInfo connect(std::uint16_t port) {
+    channel_->async_connect("127.0.0.1", port, 5s, asio::use_future).get();
+    auto f = info_.get_future();
+    EXPECT_EQ(f.wait_for(10s), std::future_status::ready);
+    detail::UcxPeerInfo info;
+    EXPECT_EQ(detail::UcxPeerInfo::decode(f.get(), info), "");
+    return info;
+  }
+  void send_transport(std::vector<std::byte> bytes) {
+    channel_->async_send(0, CtrlMessage::from_transport(bytes), asio::use_future).get();
+  }
+  // True when the server closed our control connection within `limit`.
+  bool dropped_within(std::chrono::milliseconds limit) {
+    try {
+      channel_->async_recv(0, limit, asio::use_future).get();
+    } catch (const PeerLostError&) {
+      return true;
+    } catch (const Error&) {
+    }
+    return false;
+  }
+
+ private:
+  runtime::EventLoop loop_;
+  std::unique_ptr<CtrlChannel> channel_;
+  std::promise<std::vector<std::byte>> info_;
+  bool got_info_ = false;
+};
+
+class HostilePeerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto o = test::session_options("tcp", runtime::ProgressMode::event, 1u << 20, dir);
+    o.ctrl.max_frame_length = 64u << 10;  // so that an oversized fast-path message is cheap to make
+    server = std::make_unique<Session>(o);
+    server->init_server("127.0.0.1", 1, 0, 0, 0, dir);
+    client = std::make_unique<Session>(test::session_options("tcp", runtime::ProgressMode::event, 1u << 20, dir));
+    client->connect(0, 1, "127.0.0.1", 1, server->ctrl_port());
+    server->wait_peer(1, 10s);
+  }
+  void TearDown() override {
+    client.reset();
+    server.reset();
+    std::filesystem::remove_all(dir);
+  }
+  static std::vector<std::byte> tag_body(std::uint64_t tag) {
+    std::vector<std::byte> body(9);
+    body[0] = static_cast<std::byte>(CtrlKind::tag);
+    detail::store_le64(body.data() + 1, tag);
+    return body;
+  }
+  // The real client still gets through, in order.
+  void real_client_still_served() {
+    client->ctrl_send(0, 4242);
+    EXPECT_EQ(server->ctrl_recv(1, 5s), 4242u);
+  }
+
+  std::string dir = test::temp_dir();
+  std::unique_ptr<Session> server, client;
+};
+
+// Issue 9: the sender of a fast-path message is who the transport identifies, never what its
+// header says. The old header was the sender's rank; a forged one landed in rank 1's inbox.
+TEST_F(HostilePeerTest, ForgedFastPathSenderIsDropped) {
+  RawCtrlPeer ctrl(9, dir);
+  const detail::UcxPeerInfo info = ctrl.connect(server->ctrl_port());
+  RawUcxPeer raw("tcp");
+  raw.connect(info.worker_address);
+  ASSERT_TRUE(raw.ok());
+  std::array<std::byte, 4> rank_header{};
+  detail::store_le32(rank_header.data(), 1);  // "I am rank 1"
+  raw.send(rank_header, tag_body(666));
+  std::array<std::byte, 12> guessed{};
+  detail::store_le32(guessed.data(), 0x31464d48);  // the right magic with a guessed secret
+  detail::store_le64(guessed.data() + 4, 1);
+  raw.send(guessed, tag_body(667));
+  EXPECT_THROW(server->ctrl_recv(1, 500ms), TimeoutError) << "a forged message reached rank 1's inbox";
+  real_client_still_served();
+}
+
+// Issue 9: a fast-path message over the limit is refused before anything is allocated for it, and
+// its sender (identified by the secret it was given) is disconnected.
+TEST_F(HostilePeerTest, OversizedFastPathMessageDisconnectsItsSender) {
+  RawCtrlPeer ctrl(9, dir);
+  const detail::UcxPeerInfo info = ctrl.connect(server->ctrl_port());
+  RawUcxPeer raw("tcp");
+  raw.connect(info.worker_address);
+  ASSERT_TRUE(raw.ok());
+  std::array<std::byte, 12> header{};
+  detail::store_le32(header.data(), 0x31464d48);
+  detail::store_le64(header.data() + 4, info.fast_token);
+  std::vector<std::byte> huge(128u << 10, std::byte{3});
+  huge[0] = static_cast<std::byte>(CtrlKind::bytes);
+  raw.send(header, huge);
+  EXPECT_TRUE(ctrl.dropped_within(10s)) << "the sender of an oversized message is still connected";
+  real_client_still_served();
+}
+
+// Issue 9: a second peer info for a live peer used to tear down its working endpoint (and fail its
+// operations) on the peer's say-so. It is a protocol violation: the offender is disconnected.
+TEST_F(HostilePeerTest, SecondPeerInfoForALivePeerDisconnectsIt) {
+  RawCtrlPeer ctrl(9, dir);
+  ctrl.connect(server->ctrl_port());
+  RawUcxPeer raw("tcp");
+  ASSERT_TRUE(raw.ok());
+  ctrl.send_transport(raw.peer_info(9));
+  server->wait_peer(9, 10s);
+  ctrl.send_transport(raw.peer_info(9));
+  EXPECT_TRUE(ctrl.dropped_within(10s)) << "a second peer info was accepted";
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (server->peers().size() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server->peers(), std::vector<std::uint32_t>{1});
+  real_client_still_served();
+}
+
+}  // namespace
+}  // namespace hmc

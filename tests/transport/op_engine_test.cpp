@@ -1,0 +1,242 @@
+// The shared op engine over an EMULATED transport (a scripted OpPoster, no bytes move): the
+// engine's state machine is checked where real UCX cannot be made to fail on demand (a batch whose
+// k-th segment is refused, a completion that arrives after its peer was removed or never at all).
+// The same seam is where a verbs transport plugs in. Real-UCX behaviour is in tests/session/.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <optional>
+
+#include "hmc/error.hpp"
+#include "transport/op_engine.hpp"
+
+namespace hmc::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Post {
+  enum Kind { rma, flush, message } kind;
+  std::uint32_t rank;
+  bool is_put;
+  Segment segment;
+  Token token;
+};
+
+// Records every post; the test decides when (and whether) each signalled one completes.
+class EmulatedPoster final : public OpPoster {
+ public:
+  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t, const Segment& s, Token token) override {
+    if (fail_after && posts.size() >= *fail_after) return {make_error_code(Status::ERROR), false};
+    posts.push_back({Post::rma, rank, is_put, s, token});
+    return {{}, token != kNoToken};
+  }
+  PostResult post_flush(std::uint32_t rank, Token token) override {
+    posts.push_back({Post::flush, rank, true, {}, token});
+    return {{}, true};
+  }
+  PostResult post_message(std::uint32_t rank, std::span<const std::byte>, Token token) override {
+    posts.push_back({Post::message, rank, false, {}, token});
+    return {{}, true};
+  }
+  void kick() override {}
+
+  std::size_t count(Post::Kind k) const {
+    std::size_t n = 0;
+    for (const auto& p : posts) n += p.kind == k ? 1 : 0;
+    return n;
+  }
+  std::vector<Post> posts;
+  std::optional<std::size_t> fail_after;  // refuse every post once this many were made
+};
+
+class OpEngineTest : public ::testing::Test {
+ protected:
+  void make(EngineOptions o = {30s, 1024}) {
+    engine.emplace(io.get_executor(), poster, regions, o);
+    engine->peer_added(1);
+  }
+  // Submits and returns a slot that holds the result once the completion ran.
+  std::shared_ptr<std::optional<error_code>> submit(OpRequest r) {
+    auto result = std::make_shared<std::optional<error_code>>();
+    engine->submit(std::move(r), [result](error_code ec) {
+      EXPECT_FALSE(result->has_value()) << "a completion ran twice";
+      *result = ec;
+    });
+    return result;
+  }
+  static OpRequest pipeline(bool is_put, std::size_t size, std::size_t chunk, std::size_t window) {
+    OpRequest r;
+    r.rank = 1;
+    r.kind = is_put ? OpKind::put : OpKind::get;
+    r.segments = {Segment{0, 0, size}};
+    r.chunk = chunk;
+    r.window = window;
+    return r;
+  }
+  void settle() {
+    io.restart();
+    io.poll();
+  }
+  // Completes the signalled posts made so far (not those they cause) that were not completed yet.
+  void complete_all(error_code ec = {}) {
+    for (const std::size_t end = poster.posts.size(); completed_ < end; ++completed_)
+      if (poster.posts[completed_].token != kNoToken) engine->completed(poster.posts[completed_].token, ec);
+    settle();
+  }
+
+  runtime::asio::io_context io;
+  EmulatedPoster poster;
+  RegionTable regions{[](void*) {}};
+  std::optional<OpEngine> engine;
+  std::size_t completed_ = 0;
+};
+
+TEST_F(OpEngineTest, PutsShareOneFlushAndCompleteOnlyAfterIt) {
+  make();
+  std::vector<std::shared_ptr<std::optional<error_code>>> results;
+  for (int i = 0; i < 10; ++i) {
+    OpRequest r;
+    r.rank = 1;
+    r.segments = {Segment{0, 0, 8}};
+    results.push_back(submit(std::move(r)));
+  }
+  settle();  // the deferred flush runs after the burst
+  EXPECT_EQ(poster.count(Post::rma), 10u);
+  EXPECT_EQ(poster.count(Post::flush), 1u) << "one flush per burst";
+  for (const auto& r : results) EXPECT_FALSE(r->has_value()) << "a put completed before its flush";
+  complete_all();
+  for (const auto& r : results) ASSERT_TRUE(r->has_value() && !**r);
+  EXPECT_EQ(engine->live_operations(), 0u);
+  EXPECT_FALSE(engine->has_pending());
+}
+
+TEST_F(OpEngineTest, PipelineKeepsItsWindowAndEndsWithOneFlush) {
+  make();
+  auto result = submit(pipeline(true, 10 * 100 + 7, 100, 3));
+  EXPECT_EQ(poster.count(Post::rma), 3u);
+  std::size_t bytes = 0;
+  while (!result->has_value()) {
+    complete_all();
+    EXPECT_LE(poster.count(Post::rma) - completed_ + poster.count(Post::flush), 3u + 1u);
+    ASSERT_LT(poster.posts.size(), 100u);
+  }
+  for (const auto& p : poster.posts) bytes += p.kind == Post::rma ? p.segment.size : 0;
+  EXPECT_EQ(bytes, 1007u);
+  EXPECT_EQ(poster.count(Post::flush), 1u);
+  EXPECT_EQ(poster.posts.back().kind, Post::flush);
+  EXPECT_FALSE(**result);
+}
+
+// Issue 8.1: a chunk that completes after its peer was removed must not post anything (it used to
+// throw std::out_of_range from the poller and terminate the process).
+TEST_F(OpEngineTest, CompletionAfterPeerRemovalPostsNothing) {
+  make();
+  auto result = submit(pipeline(false, 1000, 10, 4));
+  ASSERT_EQ(poster.count(Post::rma), 4u);
+  engine->peer_removed(1, make_error_code(Status::PEER_LOST));
+  settle();
+  ASSERT_TRUE(result->has_value());
+  EXPECT_EQ(status_of(**result), Status::PEER_LOST);
+  complete_all();  // the dead endpoint reports its chunks after all, successfully
+  EXPECT_EQ(poster.posts.size(), 4u) << "posted for an operation whose peer is gone";
+  EXPECT_EQ(engine->live_operations(), 0u);
+}
+
+// Issue 8.2: after TimeoutError nothing more is posted; what was in flight may still complete.
+TEST_F(OpEngineTest, TimedOutPipelinePostsNothingMore) {
+  make({50ms, 1024});
+  auto result = submit(pipeline(false, 1 << 20, 64, 2));
+  ASSERT_EQ(poster.count(Post::rma), 2u);
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (!result->has_value() && std::chrono::steady_clock::now() < until) io.run_one_for(10ms);
+  ASSERT_TRUE(result->has_value());
+  EXPECT_EQ(status_of(**result), Status::TIMEOUT);
+  complete_all();
+  EXPECT_EQ(poster.count(Post::rma), 2u) << "chunks posted after the timeout was reported";
+  EXPECT_EQ(engine->live_operations(), 0u);
+}
+
+// Issue 8.3: posts a removed peer's endpoint never returns must not keep the loop's safety timer.
+TEST_F(OpEngineTest, NothingPendingAfterPeerLossEvenIfItsPostsNeverReturn) {
+  make();
+  auto get = submit(pipeline(false, 1000, 10, 4));
+  OpRequest put;
+  put.rank = 1;
+  put.segments = {Segment{0, 0, 8}};
+  auto p = submit(std::move(put));
+  settle();
+  EXPECT_TRUE(engine->has_pending());
+  engine->peer_removed(1, make_error_code(Status::PEER_LOST));
+  settle();
+  EXPECT_TRUE(get->has_value() && p->has_value());
+  EXPECT_FALSE(engine->has_pending()) << "lost posts still count as pending";
+  EXPECT_GT(engine->posts_outstanding(), 0u);  // they are still waited for at teardown
+  EXPECT_EQ(engine->live_operations(), 1u);   // the get's record until its chunks return
+}
+
+// Issue 8.9: a batch whose segment k is refused must not complete while segments 0..k-1 may still
+// read the caller's memory: it fails only after the flush that covers them.
+TEST_F(OpEngineTest, BatchWithARefusedSegmentFailsOnlyAfterTheEarlierOnesAreFlushed) {
+  make();
+  poster.fail_after = 3;
+  OpRequest r;
+  r.rank = 1;
+  r.segments = {{0, 0, 8}, {8, 8, 8}, {16, 16, 8}, {24, 24, 8}, {32, 32, 8}};
+  auto result = submit(std::move(r));
+  settle();
+  ASSERT_EQ(poster.count(Post::rma), 3u);
+  poster.fail_after.reset();
+  ASSERT_EQ(poster.count(Post::flush), 1u) << "no flush for the segments already posted";
+  EXPECT_FALSE(result->has_value()) << "completed while 3 segments may still read the buffer";
+  complete_all();
+  ASSERT_TRUE(result->has_value());
+  EXPECT_EQ(status_of(**result), Status::ERROR);
+}
+
+TEST_F(OpEngineTest, OverMaxInflightOperationsWaitInOrderAndTimeOutInTheQueue) {
+  make({200ms, 2});
+  std::vector<std::shared_ptr<std::optional<error_code>>> gets;
+  for (int i = 0; i < 5; ++i) {
+    OpRequest r;
+    r.rank = 1;
+    r.kind = OpKind::get;
+    r.segments = {Segment{static_cast<std::size_t>(i), 0, 1}};
+    gets.push_back(submit(std::move(r)));
+  }
+  ASSERT_EQ(poster.count(Post::rma), 2u);
+  complete_all();
+  ASSERT_EQ(poster.count(Post::rma), 4u);
+  EXPECT_EQ(poster.posts[2].segment.local_offset, 2u) << "FIFO order";
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (!gets[4]->has_value() && std::chrono::steady_clock::now() < until) io.run_one_for(10ms);
+  ASSERT_TRUE(gets[4]->has_value());
+  EXPECT_EQ(status_of(**gets[4]), Status::TIMEOUT);
+  complete_all();
+  EXPECT_EQ(poster.count(Post::rma), 4u) << "a timed-out queued operation was started";
+  for (int i = 0; i < 2; ++i) EXPECT_FALSE(**gets[i]);
+}
+
+TEST_F(OpEngineTest, UnknownPeerAndMessagesReachOneTerminalState) {
+  make();
+  OpRequest m;
+  m.rank = 1;
+  m.kind = OpKind::message;
+  m.message = {std::byte{1}};
+  auto sent = submit(std::move(m));
+  OpRequest lost;
+  lost.rank = 7;
+  lost.kind = OpKind::message;
+  lost.message = {std::byte{1}};
+  auto refused = submit(std::move(lost));
+  settle();
+  ASSERT_TRUE(refused->has_value());
+  EXPECT_EQ(status_of(**refused), Status::PEER_LOST);
+  EXPECT_FALSE(sent->has_value());
+  complete_all(make_error_code(Status::PEER_LOST));
+  ASSERT_TRUE(sent->has_value());
+  EXPECT_EQ(status_of(**sent), Status::PEER_LOST);
+}
+
+}  // namespace
+}  // namespace hmc::detail
