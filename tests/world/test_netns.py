@@ -114,7 +114,7 @@ def rank(net, i, url, workdir, *extra):
     os.makedirs(f"{workdir}/uds{i}", exist_ok=True)
     args = ["ip", "netns", "exec", net.ns(i), PEER, f"url={url}", "size=4", f"rank={i}", "tls=tcp",
             f"devices={net.dev(i)}", f"local_ip={net.ip(i)}", f"uds={workdir}/uds{i}", *extra]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, HMC_AUTH_KEY="netns-test", CTRL_TRANSPORT="tcp"))
 
 
@@ -123,13 +123,26 @@ def outputs(procs, limit):
     out = []
     for p in procs:
         try:
-            text, _ = p.communicate(timeout=max(1, end - time.monotonic()))
+            text, log = p.communicate(timeout=max(1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-            text, _ = p.communicate()
+            text, log = p.communicate()
             text += "\n(killed at the time limit)"
-        out.append((text.splitlines(), p.returncode))
+        out.append((Lines(text.splitlines(), log), p.returncode))
     return out
+
+
+class Lines(list):
+    """A rank's stdout lines (its checks, then DONE or ERROR); its stderr (HMC's log lines, which
+    may come at any time, also after DONE) is kept apart and shown when a check fails."""
+
+    def __init__(self, lines, log):
+        super().__init__(lines)
+        self.log = log
+
+
+def report(lines):
+    return "\n".join(lines) + (f"\n--- stderr ---\n{lines.log}" if lines.log else "")
 
 
 def test_bootstrap_and_collectives_through_etcd(net, workdir):
@@ -138,7 +151,7 @@ def test_bootstrap_and_collectives_through_etcd(net, workdir):
         procs = [rank(net, i, etcd.url, workdir, "job=netns-collectives", "buffer=4194304") for i in range(4)]
         for lines, rc in outputs(procs, 180):
             oks = [line for line in lines if line.startswith("OK ")]
-            assert rc == 0 and len(oks) == 20 and lines[-1] == "DONE", "\n".join(lines)
+            assert rc == 0 and len(oks) == 20 and lines[-1] == "DONE", report(lines)
     finally:
         etcd.kill()
 
@@ -157,7 +170,7 @@ def test_a_rank_killed_during_a_barrier(net, workdir):
         results = outputs([procs[0], procs[2], procs[3]], 40)
         assert time.monotonic() - start < 14  # well before the 15 s timeout
         for lines, rc in results:
-            assert rc == 3 and lines[-1].startswith("ERROR peer lost") and "rank 1" in lines[-1], "\n".join(lines)
+            assert rc == 3 and lines[-1].startswith("ERROR peer lost") and "rank 1" in lines[-1], report(lines)
     finally:
         etcd.kill()
 
@@ -172,5 +185,5 @@ def test_etcd_killed_during_start_up(net, workdir):
     finally:
         etcd.kill()
     for lines, rc in outputs(procs, 40):
-        assert rc == 3 and lines and lines[-1].startswith("ERROR"), "\n".join(lines)
-        assert "not connected" in lines[-1] or "timed out" in lines[-1], "\n".join(lines)
+        assert rc == 3 and lines and lines[-1].startswith("ERROR"), report(lines)
+        assert "not connected" in lines[-1] or "timed out" in lines[-1], report(lines)

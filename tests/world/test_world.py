@@ -47,7 +47,7 @@ def env_for(extra=None):
 
 def spawn(args, env=None):
     return subprocess.Popen([PYTHON, str(HERE / "world_peer.py"), *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env or env_for())
+                            stderr=subprocess.PIPE, text=True, env=env or env_for())
 
 
 def finish(procs, limit=120):
@@ -56,19 +56,32 @@ def finish(procs, limit=120):
     results = []
     for p in procs:
         try:
-            out, _ = p.communicate(timeout=max(1, end - time.monotonic()))
+            out, log = p.communicate(timeout=max(1, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-            out, _ = p.communicate()
+            out, log = p.communicate()
             out += "\n(killed at the time limit)"
-        results.append((out.splitlines(), p.returncode))
+        results.append((Lines(out.splitlines(), log), p.returncode))
     return results
+
+
+class Lines(list):
+    """A rank's stdout lines (its checks, then DONE or ERROR); its stderr (HMC's log lines, which
+    may come at any time, also after DONE) is kept apart and shown when a check fails."""
+
+    def __init__(self, lines, log):
+        super().__init__(lines)
+        self.log = log
+
+
+def report(lines):
+    return "\n".join(lines) + (f"\n--- stderr ---\n{lines.log}" if getattr(lines, "log", "") else "")
 
 
 def assert_all_ok(results, checks):
     for lines, rc in results:
         oks = [line for line in lines if line.startswith("OK ")]
-        assert rc == 0 and len(oks) == checks and lines[-1] == "DONE", "\n".join(lines)
+        assert rc == 0 and len(oks) == checks and lines[-1] == "DONE", report(lines)
 
 
 # CI runs two corners of the matrix; HMC_WORLD_LONG=1 runs all four.
@@ -103,7 +116,7 @@ def test_torchrun_style_environment():
         procs.append(spawn(["env://", 0, "auto", "blocking", "shm", "join"], env))
     results = finish(procs, 60)
     for r, (lines, rc) in enumerate(results):
-        assert rc == 0 and lines[0] == f"RANK {r}", "\n".join(lines)
+        assert rc == 0 and lines[0] == f"RANK {r}", report(lines)
 
 
 def test_under_torchruns_agent_store_env_uses_torchs_store():
@@ -122,7 +135,7 @@ def test_under_torchruns_agent_store_env_uses_torchs_store():
             "LOCAL_RANK": str(r), "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "agent-run"})))
     results = finish(procs, 90)
     for r, (lines, rc) in enumerate(results):
-        assert rc == 0 and lines[0] == f"RANK {r}" and lines[-1] == "DONE", "\n".join(lines)
+        assert rc == 0 and lines[0] == f"RANK {r}" and lines[-1] == "DONE", report(lines)
     assert agent.get("agent-run/world/size") == b"3"  # the world's keys went to torch's store
 
 
@@ -131,7 +144,7 @@ def test_a_torch_tcpstore_bootstraps_the_world():
     procs = [spawn([f"torch:127.0.0.1:{port}" + (":master" if r == 0 else ""), 3, r, "blocking", "shm", "join"])
              for r in range(3)]
     for lines, rc in finish(procs, 90):
-        assert rc == 0 and lines[-1] == "DONE", "\n".join(lines)
+        assert rc == 0 and lines[-1] == "DONE", report(lines)
 
 
 class StandaloneStore:
@@ -171,7 +184,7 @@ def test_a_rank_killed_during_barriers_fails_the_others_naming_it():
         results = finish([by_rank[r] for r in (0, 1, 3)], 30)
         assert time.monotonic() - start < 12
     for lines, rc in results:
-        assert rc == 3 and lines[-1].startswith("ERROR PeerLostError") and "rank 2" in lines[-1], "\n".join(lines)
+        assert rc == 3 and lines[-1].startswith("ERROR PeerLostError") and "rank 2" in lines[-1], report(lines)
 
 
 def test_store_operations_and_typed_errors():
