@@ -15,16 +15,17 @@ address (int) or an object with the buffer protocol (NumPy array, CPU tensor).
 """
 import logging
 
-from . import _hmc, _payload
+from . import _args, _hmc, _payload, _runtime
 from ._errors import HMCError, InvalidArgumentError
-from .world import World
+from ._runtime import get_and_clear_last_err_msg, get_last_err_msg  # noqa: F401 - memfabric's names
+from .session import Session
+from .world import World, _Op
 
-_state = {"world": None, "last_error": ""}
-_LEVELS = {0: "debug", 1: "info", 2: "warn", 3: "error"}
+_state = {"world": None}
 
 
 def _fail(e):
-    _state["last_error"] = str(e)
+    """An HMCError as memfabric's return code; creating it recorded its message for get_last_err_msg()."""
     logging.getLogger("hmc.mf").error("%s", e)
     return -int(getattr(e, "status", 1)) or -1
 
@@ -98,21 +99,10 @@ def all_gather(local_data):
     return b"".join(_world().all_gather(bytes(local_data)))
 
 
+@_returns_code
 def set_log_level(level):
-    """0 debug, 1 info, 2 warn, 3 error."""
-    if level not in _LEVELS:
-        return _fail(InvalidArgumentError(f"log level {level}: 0 debug, 1 info, 2 warn, 3 error"))
-    _hmc.set_log_level(_LEVELS[level])
-    return 0
-
-
-def get_last_err_msg():
-    return _state["last_error"]
-
-
-def get_and_clear_last_err_msg():
-    msg, _state["last_error"] = _state["last_error"], ""
-    return msg
+    """0 debug, 1 info, 2 warn, 3 error (hmc.set_log_level)."""
+    _runtime.set_log_level(level)
 
 
 class TransferFuture:
@@ -140,8 +130,11 @@ class TransferFuture:
 class TransferEngine:
     """memfabric's TransferEngine: peers by unique id ("ip:port"), memory by address."""
 
+    _finish = Session._finish  # a synchronous transfer waits as a Session's blocking operation does
+
     def __init__(self):
         self._core = None
+        self.timeout = 30.0
 
     def _engine(self):
         if self._core is None:
@@ -152,6 +145,8 @@ class TransferEngine:
     def initialize(self, store_url, unique_id, role="", device_id=0, **options):
         """role and device_id are kept for memfabric's signature; options are hmc.World's."""
         self.role, self.device_id = role, device_id
+        timeout = options.get("timeout")
+        self.timeout = 30.0 if timeout is None else _args.session_timeout(timeout)  # the C++ default
         self._core = _hmc.TransferEngine(store_url, unique_id, options)
 
     def get_rpc_port(self):
@@ -178,20 +173,17 @@ class TransferEngine:
     @_returns_code
     def transfer_sync_write(self, destflag, buffer, peer_buffer_address, length):
         op = self._submit(True, destflag, [buffer], [peer_buffer_address], [length])
-        op.wait()
-        op.result("none")
+        self._finish(_Op(op, "none"))
 
     @_returns_code
     def transfer_sync_read(self, destflag, buffer, peer_buffer_address, length):
         op = self._submit(False, destflag, [buffer], [peer_buffer_address], [length])
-        op.wait()
-        op.result("none")
+        self._finish(_Op(op, "none"))
 
     @_returns_code
     def batch_transfer_sync_write(self, destflag, buffers, peer_buffer_addresses, lengths):
         op = self._submit(True, destflag, list(buffers), list(peer_buffer_addresses), list(lengths))
-        op.wait()
-        op.result("none")
+        self._finish(_Op(op, "none"))
 
     def transfer_async_write_submit(self, destflag, buffer, peer_buffer_address, length, stream=None):
         """A TransferFuture (memfabric's stream argument has no meaning on CPU memory)."""

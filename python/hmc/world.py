@@ -13,12 +13,15 @@ tensors as tensors. Every rank must call the same collectives in the same order;
 (a lost rank: hmc.PeerLostError naming it; a timeout; bad sizes) makes the world unusable.
 """
 import asyncio
+import functools
 import json
 import os
 
-from . import _hmc, _payload
+from . import _args, _hmc, _payload
 from ._errors import HMCError, InvalidArgumentError
 from ._store import Store, _TorchStore, wrap_store  # noqa: F401 - Store is re-exported
+from .aio import AsyncSession
+from .session import Session
 
 _OPS = {"sum": 0, "max": 1, "min": 2}
 _DTYPES = {"int8": 0, "uint8": 1, "int16": 2, "uint16": 3, "int32": 4, "uint32": 5, "int64": 6, "uint64": 7,
@@ -161,11 +164,35 @@ def _dtype_code(arr):
     return _DTYPES[name]
 
 
+class _Op:
+    """A collective as the Session's hooks see an operation (id, done, wait, result()): result()
+    turns the C++ result into its Python shape once and keeps it (the hooks ask twice)."""
+
+    __slots__ = ("_op", "_shape", "_value", "id")
+
+    def __init__(self, op, shape):
+        self._op, self._shape, self.id = op, shape, op.id
+
+    def done(self):
+        return self._op.done()
+
+    def wait(self, timeout=None):
+        return self._op.wait(timeout)
+
+    def result(self):
+        if not hasattr(self, "_value"):
+            self._value = self._op.result(self._shape)
+        return self._value
+
+
 # -- the shared implementation -----------------------------------------------------------------------
 class _Base:
-    """Builds the collective operations; World waits for them, AsyncWorld awaits them."""
+    """Builds the collective operations; World waits for them, AsyncWorld awaits them, both through
+    the Session's hooks (`_finish`)."""
 
     def _setup(self, store, world_size, rank, options):
+        timeout = options.get("timeout")
+        self.timeout = 30.0 if timeout is None else _args.session_timeout(timeout)  # the C++ default
         if hasattr(store, "url") and not isinstance(store, (str, _TorchStore)):
             options.setdefault("job_id", store.job_id)  # an hmc.Store: the world opens its own connection
             store = store.url
@@ -219,6 +246,14 @@ class _Base:
 
     def _pending_op(self, name, *args):
         return getattr(self._core, name)(*args, self._notify)
+
+    def _run(self, triple, timeout):
+        """Waits for (awaits, in AsyncWorld) a collective; the wait outlasts its own deadline by 1 s,
+        so the collective's error (naming a lost rank, or a timeout) comes first."""
+        op, shape, finish = triple
+        op = _Op(op, shape)
+        limit = (self.timeout if timeout is None else timeout) + 1.0
+        return self._finish(op, limit, lambda: finish(op.result()))
 
     # Each returns (op, shape, finish): finish(result) turns the C++ result into Python values.
     def _barrier(self, timeout):
@@ -294,16 +329,23 @@ class _Base:
 
 
 class RankSession:
-    """The Session under a world, with peers addressed by rank (blocking calls)."""
+    """The Session under a world (blocking calls); a peer is a rank, or 'ip', 'ip:port', (ip, port)
+    as hmc.Session takes them."""
+
+    _rank = Session._rank  # the one place a peer becomes a rank
 
     def __init__(self, core):
         self._core = core
 
     def put(self, peer, local_off, remote_off, nbytes):
-        self._core.rma(True, peer, local_off, remote_off, nbytes)
+        self._rma(True, peer, local_off, remote_off, nbytes)
 
     def get(self, peer, local_off, remote_off, nbytes):
-        self._core.rma(False, peer, local_off, remote_off, nbytes)
+        self._rma(False, peer, local_off, remote_off, nbytes)
+
+    def _rma(self, is_put, peer, local_off, remote_off, nbytes):
+        self._core.rma(is_put, self._rank(peer), _args.offset(local_off, "local_off"),
+                       _args.offset(remote_off, "remote_off"), _args.size(nbytes, "nbytes"))
 
     def write(self, data, offset=0):
         """Copies data into this rank's session buffer; returns nbytes."""
@@ -313,20 +355,20 @@ class RankSession:
         return self._core.read(offset, nbytes)
 
     def ctrl_send(self, peer, tag):
-        self._core.ctrl_send(peer, tag)
+        self._core.ctrl_send(self._rank(peer), tag)
 
     def ctrl_recv(self, peer, timeout=None):
-        return self._core.ctrl_recv(peer, timeout)
+        return self._core.ctrl_recv(self._rank(peer), _args.timeout(timeout))
 
     def connect(self, peer, timeout=None):
-        """Makes peer a put/get target now (collectives connect on their own)."""
-        self._core.connect(peer, timeout)
+        """Makes peer (a rank) a put/get target now (collectives connect on their own)."""
+        self._core.connect(_args.rank(peer, "peer"), _args.timeout(timeout))
 
     def peers(self):
         return self._core.connected()
 
     def transports(self, peer):
-        return self._core.transports(peer)
+        return self._core.transports(self._rank(peer))
 
     @property
     def buffer_size(self):
@@ -340,49 +382,53 @@ class World(_Base):
     hmc.Store or a torch.distributed.Store-like object. rank=None: assigned by the store. Options:
     buffer_size (bounds one round of a collective; default 64 MiB), ucx_tls, ucx_net_devices,
     progress_mode, timeout (s), job_id, auth_key, authenticate, start_store, local_ip, full_mesh,
-    store_timeout, lease_ttl, ctrl_uds_dir.
+    store_timeout, lease_ttl, ctrl_uds_dir. A collective's timeout: seconds, inf, or None (the
+    world's timeout).
     """
 
     _notify = False
+    _finish = Session._finish  # waits exactly as a Session's blocking operations do
 
     def __init__(self, store, world_size=None, rank=None, **options):
         self._setup(store, world_size, rank, options)
 
-    def _run(self, triple):
-        op, shape, finish = triple
-        op.wait()
-        return finish(op.result(shape))
-
     def barrier(self, timeout=None):
-        return self._run(self._barrier(timeout))
+        timeout = _args.timeout(timeout)
+        return self._run(self._barrier(timeout), timeout)
 
     def broadcast(self, x, root=0, timeout=None):
         """root's x everywhere (the others' x is ignored; pass None)."""
-        return self._run(self._broadcast(x, root, timeout))
+        timeout = _args.timeout(timeout)
+        return self._run(self._broadcast(x, root, timeout), timeout)
 
     def all_gather(self, x, timeout=None, out=None):
         """A list indexed by rank of every rank's x (arrays: equal shapes; the list holds views of
         one array of shape (size,) + x.shape: `out`, when given, is that array)."""
-        return self._run(self._all_gather(x, timeout, out))
+        timeout = _args.timeout(timeout)
+        return self._run(self._all_gather(x, timeout, out), timeout)
 
     def gather(self, x, root=0, timeout=None):
         """On root: a list indexed by rank; None elsewhere."""
-        return self._run(self._gather(x, root, timeout))
+        timeout = _args.timeout(timeout)
+        return self._run(self._gather(x, root, timeout), timeout)
 
     def scatter(self, xs, root=0, timeout=None):
         """root's xs[rank] on every rank (xs: one item per rank on the root, None elsewhere)."""
-        return self._run(self._scatter(xs, root, timeout))
+        timeout = _args.timeout(timeout)
+        return self._run(self._scatter(xs, root, timeout), timeout)
 
     def all_to_all(self, xs, timeout=None, out=None):
         """xs indexed by destination; returns a list indexed by source. Any sizes per pair; with
         equal arrays, views of one array of shape (size,) + shape (`out`, when given)."""
-        return self._run(self._all_to_all(xs, timeout, out))
+        timeout = _args.timeout(timeout)
+        return self._run(self._all_to_all(xs, timeout, out), timeout)
 
     all_to_all_v = all_to_all
 
     def all_reduce(self, x, op="sum", timeout=None, out=None):
         """A new array/tensor (or `out`): the element-wise sum, max or min over the ranks."""
-        return self._run(self._all_reduce(x, op, timeout, out))
+        timeout = _args.timeout(timeout)
+        return self._run(self._all_reduce(x, op, timeout, out), timeout)
 
     def close(self):
         self._core.close()
@@ -396,85 +442,69 @@ class World(_Base):
 
 class AsyncWorld(_Base):
     """World's collectives as asyncio coroutines. Start it with `await hmc.init_async_world(...)` or
-    `async with hmc.AsyncWorld(...) as w`. Completions reach the event loop through one eventfd."""
+    `async with hmc.AsyncWorld(...) as w`. Completions reach the event loop through one eventfd,
+    drained by AsyncSession's own plumbing (a world's core has a Core's completion_fd and drain)."""
 
     _notify = True
+    _finish = AsyncSession._finish
+    _settle = AsyncSession._settle
+    _track = AsyncSession._track
+    _attach = AsyncSession._attach
+    _drain = AsyncSession._drain
+    _settle_early = AsyncSession._settle_early
+    _settle_one = staticmethod(AsyncSession._settle_one)
+    _call = AsyncSession._call
+    _blocking = AsyncSession._blocking
 
     def __init__(self, store, world_size=None, rank=None, **options):
-        self._args = (store, world_size, rank, options)
-        self._pending = {}
+        self._start_args = (store, world_size, rank, options)
+        self._pending = {}  # op id -> (asyncio future, op), as in AsyncSession
         self._loop = None
 
     async def start(self):
-        store, world_size, rank, options = self._args
+        store, world_size, rank, options = self._start_args
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, lambda: self._setup(store, world_size, rank, options))
-        self._loop = loop
-        loop.add_reader(self._core.completion_fd(), self._drain)
+        await loop.run_in_executor(None, functools.partial(self._setup, store, world_size, rank, options))
+        self._attach()
         return self
 
-    def _drain(self):
-        for op_id in self._core.drain():
-            entry = self._pending.pop(op_id, None)
-            if entry is None:
-                continue
-            fut, op, shape, finish = entry
-            if fut.done():
-                op.result(shape)  # releases what the op held
-                continue
-            try:
-                fut.set_result(finish(op.result(shape)))
-            except Exception as e:  # noqa: BLE001 - handed to the awaiting task
-                fut.set_exception(e)
-
-    async def _run(self, triple):
-        op, shape, finish = triple
-        fut = self._loop.create_future()
-        self._pending[op.id] = (fut, op, shape, finish)
-        if op.done():  # completed before it was registered: its id may be drained already
-            self._loop.call_soon(self._settle, op.id)
-        return await fut
-
-    def _settle(self, op_id):
-        entry = self._pending.get(op_id)
-        if entry is not None and entry[1].done():
-            self._pending.pop(op_id)
-            fut, op, shape, finish = entry
-            if not fut.done():
-                try:
-                    fut.set_result(finish(op.result(shape)))
-                except Exception as e:  # noqa: BLE001
-                    fut.set_exception(e)
-
     async def barrier(self, timeout=None):
-        return await self._run(self._barrier(timeout))
+        timeout = _args.timeout(timeout)
+        return await self._run(self._barrier(timeout), timeout)
 
     async def broadcast(self, x, root=0, timeout=None):
-        return await self._run(self._broadcast(x, root, timeout))
+        timeout = _args.timeout(timeout)
+        return await self._run(self._broadcast(x, root, timeout), timeout)
 
     async def all_gather(self, x, timeout=None, out=None):
-        return await self._run(self._all_gather(x, timeout, out))
+        timeout = _args.timeout(timeout)
+        return await self._run(self._all_gather(x, timeout, out), timeout)
 
     async def gather(self, x, root=0, timeout=None):
-        return await self._run(self._gather(x, root, timeout))
+        timeout = _args.timeout(timeout)
+        return await self._run(self._gather(x, root, timeout), timeout)
 
     async def scatter(self, xs, root=0, timeout=None):
-        return await self._run(self._scatter(xs, root, timeout))
+        timeout = _args.timeout(timeout)
+        return await self._run(self._scatter(xs, root, timeout), timeout)
 
     async def all_to_all(self, xs, timeout=None, out=None):
-        return await self._run(self._all_to_all(xs, timeout, out))
+        timeout = _args.timeout(timeout)
+        return await self._run(self._all_to_all(xs, timeout, out), timeout)
 
     all_to_all_v = all_to_all
 
     async def all_reduce(self, x, op="sum", timeout=None, out=None):
-        return await self._run(self._all_reduce(x, op, timeout, out))
+        timeout = _args.timeout(timeout)
+        return await self._run(self._all_reduce(x, op, timeout, out), timeout)
 
     async def close(self):
+        if not hasattr(self, "_core"):
+            return
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._core.completion_fd())
-        if hasattr(self, "_core"):
-            await asyncio.get_running_loop().run_in_executor(None, self._core.close)
-        for fut, *_ in self._pending.values():
+        await self._call(self._core.close)
+        for fut, _ in self._pending.values():
             if not fut.done():
                 fut.cancel()
         self._pending.clear()

@@ -13,7 +13,6 @@
 #include "completion_queue.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
-#include "hmc/runtime/log.hpp"
 #include "hmc/world/store.hpp"
 #include "hmc/world/store_server.hpp"
 #include "hmc/world/transfer_engine.hpp"
@@ -71,14 +70,20 @@ class WorldOp {
     return done_;
   }
 
+  // timeout None: without limit; inf or years saturate (Op::wait's rule), NaN and negatives are refused.
   bool wait(Seconds timeout) {
+    std::optional<std::chrono::milliseconds> limit;
+    if (timeout) {
+      limit = runtime::seconds_to_ms(*timeout);
+      if (!limit) throw InvalidArgumentError("timeout must be a number of seconds >= 0 (None: without limit)");
+    }
     py::gil_scoped_release release;
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!timeout) {
+    if (!limit) {
       cv_.wait(lock, [&] { return done_; });
       return true;
     }
-    return cv_.wait_for(lock, std::chrono::duration<double>(*timeout), [&] { return done_; });
+    return cv_.wait_until(lock, runtime::deadline_after(*limit), [&] { return done_; });
   }
 
   // None, a ByteVector (broadcast, scatter) or Blocks; raises the collective's error. Releases the
@@ -427,6 +432,8 @@ void bind_world(py::module_& m) {
              world.connect(peer, ms);
            })
       .def("connected", [](PyWorld& w) { return w.w().connected(); })
+      .def("resolve", [](PyWorld& w, const std::string& ip,
+                         std::optional<std::uint16_t> port) { return w.w().session().resolve_peer(ip, port); })
       .def("transports", [](PyWorld& w, std::uint32_t peer) { return w.w().session().transports(peer); })
       .def("buffer_size", [](PyWorld& w) { return w.w().session().buffer().size(); })
       .def("completion_fd", &PyWorld::completion_fd)
@@ -539,13 +546,6 @@ void bind_world(py::module_& m) {
       .def("completion_fd", &PyEngine::completion_fd)
       .def("drain", &PyEngine::drain)
       .def("close", &PyEngine::close);
-
-  m.def("set_log_level", [](const std::string& level) {
-    runtime::LogLevel l;
-    if (!runtime::parse_log_level(level, l))
-      throw InvalidArgumentError("log level must be trace, debug, info, warn, error or off");
-    runtime::set_log_level(l);
-  });
 
   py::class_<StoreServer>(m, "StoreServer")
       .def(py::init([](const std::string& auth_key, bool authenticate, std::size_t max_connections) {

@@ -1,6 +1,8 @@
 """The Python world layer across processes: every collective with odd sizes and checked contents
 (blocking and asyncio, shm and tcp), torchrun's environment, a torch TCPStore, two jobs on one
 standalone store (python -m hmc.store), a rank killed during barriers, and typed store errors."""
+import asyncio
+import math
 import os
 import pathlib
 import shutil
@@ -11,6 +13,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
 import hmc
@@ -226,3 +229,28 @@ def test_a_torch_style_store_object_is_wrapped():
     assert master.get("j/a") == b"1"  # namespaced by the job
     with pytest.raises(hmc.TimeoutError):
         s.wait(["never"], timeout=0.3)
+
+
+def test_one_rank_in_process_waits_and_checks_timeouts_as_a_session_does():
+    """World and AsyncWorld wait through the Session's hooks: inf is no limit; NaN, negatives and
+    non-numbers are InvalidArgumentError before anything starts (a str used to be a TypeError)."""
+    url = f"tcp://127.0.0.1:{free_port()}"
+    with hmc.init_world(url, world_size=1, rank=0, ucx_tls="shm", timeout=5) as w:
+        assert w.all_gather(b"abc", timeout=math.inf) == [b"abc"]
+        assert (w.all_reduce(np.arange(3), timeout=2) == np.arange(3)).all()
+        for bad in (float("nan"), -1, "1"):
+            with pytest.raises(hmc.InvalidArgumentError, match="timeout"):
+                w.barrier(timeout=bad)
+        w.barrier()
+
+    async def main():
+        a = await hmc.init_async_world(f"tcp://127.0.0.1:{free_port()}", world_size=1, rank=0, ucx_tls="shm")
+        try:
+            assert await a.all_to_all([b"zz"], timeout=math.inf) == [b"zz"]
+            assert (await a.broadcast(np.ones(2)) == 1).all()
+            with pytest.raises(hmc.InvalidArgumentError, match="timeout"):
+                await a.barrier(timeout="1")
+        finally:
+            await a.close()
+
+    asyncio.run(main())
