@@ -149,8 +149,10 @@ WorldOptions world_options(const py::dict& d) {
   o.store.lease_ttl = std::chrono::seconds(opt<long>(d, "lease_ttl", 10));
   if (auto dir = opt<std::string>(d, "ctrl_uds_dir", ""); !dir.empty()) o.session.ctrl.uds_dir = dir;
   o.store.job_id = opt<std::string>(d, "job_id", "");
-  o.store.auth_key = opt<std::string>(d, "auth_key", "");
-  o.store.authenticate = opt<bool>(d, "authenticate", true);
+  o.session.auth_key = opt<std::string>(d, "auth_key", "");  // the store takes the session's (take_session_auth)
+  o.session.authenticate = opt<bool>(d, "authenticate", true);
+  o.store.auth_key = o.session.auth_key;
+  o.store.authenticate = o.session.authenticate;
   if (d.contains("start_store") && !d["start_store"].is_none()) o.start_store = d["start_store"].cast<bool>();
   o.local_ip = opt<std::string>(d, "local_ip", "");
   o.full_mesh = opt<bool>(d, "full_mesh", false);

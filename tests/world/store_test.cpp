@@ -12,6 +12,7 @@
 #include "hmc/error.hpp"
 #include "hmc/world/store.hpp"
 #include "hmc/world/store_server.hpp"
+#include "hmc/world/world.hpp"
 #include "world/store_wire.hpp"
 
 namespace hmc {
@@ -166,6 +167,30 @@ TEST_F(StoreTest, AWrongKeyIsAnAuthenticationErrorOnBothSides) {
   // The server is still there for clients that hold the key.
   Store good(url, client_options());
   good.set("ok", "1");
+}
+
+// A World given its Session's key only proves that key to the store too (one key per job, as the
+// control channel), and a Session's opt-out is the store's: here a store without authentication.
+TEST_F(StoreTest, AWorldsStoreProvesTheKeyOfItsSession) {
+  WorldOptions o;
+  o.session.auth_key = "store-test-key";  // not $HMC_AUTH_KEY_FILE's key
+  o.session.ucx_tls = "shm";
+  o.session.ucx_net_devices = "lo";
+  o.session.buffer_size = 1u << 20;
+  o.store.job_id = "session-key";
+  o.store.timeout = 5s;
+  o.start_store = false;
+  {
+    World w(url, 1, 0, o);
+    w.barrier(5s);
+  }
+  StoreServerOptions so;
+  so.authenticate = false;
+  StoreServer open_server(so);
+  const std::string open_url = "tcp://127.0.0.1:" + std::to_string(open_server.listen("127.0.0.1", 0));
+  o.session.authenticate = false;
+  World w(open_url, 1, 0, o);
+  w.barrier(5s);
 }
 
 TEST_F(StoreTest, BadUrlsAndUnreachableStoresAreTypedErrorsNamingTheUrl) {

@@ -12,6 +12,7 @@
 #include "hmc/world/store_server.hpp"
 #include "security/auth.hpp"
 #include "world/call_on.hpp"
+#include "world/store_handshake.hpp"
 #include "world/world_impl.hpp"
 
 namespace hmc {
@@ -74,6 +75,7 @@ World::World(const std::string& store_url, std::uint32_t size, std::optional<std
   if (options.session.mem_type != MemoryType::CPU && options.session.mem_type != MemoryType::DEFAULT)
     throw UnsupportedError("collectives need a CPU session buffer (SessionOptions::mem_type = CPU)");
 
+  detail::take_session_auth(options.store, options.session);
   session_ = std::make_unique<Session>(options.session);
   const auto ex = session_->executor();
   // The embedded store: hosted by rank 0, or (automatic ranks) by whichever process binds it first.

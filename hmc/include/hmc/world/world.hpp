@@ -32,7 +32,8 @@ class StoreServer;
 
 struct WorldOptions {
   SessionOptions session;                    // each rank's Session; buffer_size bounds a collective round
-  StoreOptions store;                        // job id, key, connect timeout of the store
+  StoreOptions store;                        // job id, connect timeout of the store; its key: store.auth_key,
+                                             // else session.auth_key; authenticate=false on either is for both
   std::optional<bool> start_store;           // host the embedded store (tcp:// and env:// only); default:
                                              // rank 0 when ranks are explicit, else whoever binds the port first
   std::string local_ip;                      // the address peers reach this rank at; empty: the local address
