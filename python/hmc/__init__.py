@@ -10,6 +10,7 @@ from ._runtime import get_and_clear_last_err_msg, get_last_err_msg, get_log_leve
 from .aio import AsyncSession
 from .future import Future
 from .session import BufferView, IOBuffer, RegisteredBuffer, Session, create_session, memory_type_available
+from .world import AsyncWorld, RankSession, Store, World, init_async_world, init_world, wrap_store  # noqa: F401
 
 __all__ = [
     "AsyncSession", "AuthenticationError", "BufferView", "CancelledError", "ClosedError", "ConnType", "Future",

@@ -583,4 +583,6 @@ PYBIND11_MODULE(_hmc, m) {
   m.def("set_log_level", [](int level) { hmc::runtime::set_log_level(static_cast<hmc::runtime::LogLevel>(level)); });
   m.def("log_level", [] { return static_cast<int>(hmc::runtime::log_level()); });
   m.def("set_log_queue", &set_log_queue, py::arg("queue").none(true));
+
+  void bind_world(py::module_&); bind_world(m);  // the world layer: python/src/world_bindings.cpp
 }

@@ -1,0 +1,305 @@
+// The embedded store over real sockets: operations, waits, timeouts, jobs, authentication, URLs,
+// hostile connections and limits.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "hmc/error.hpp"
+#include "hmc/world/store.hpp"
+#include "hmc/world/store_server.hpp"
+#include "hmc/world/world.hpp"
+#include "world/store_wire.hpp"
+
+namespace hmc {
+namespace {
+
+using namespace std::chrono_literals;
+
+StoreServerOptions server_options() {
+  StoreServerOptions o;
+  o.auth_key = "store-test-key";
+  return o;
+}
+
+StoreOptions client_options(const std::string& job = "t") {
+  StoreOptions o;
+  o.auth_key = "store-test-key";
+  o.job_id = job;
+  o.timeout = 5s;
+  return o;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server = std::make_unique<StoreServer>(server_options());
+    port = server->listen("127.0.0.1", 0);
+    url = "tcp://127.0.0.1:" + std::to_string(port);
+  }
+  std::unique_ptr<StoreServer> server;
+  std::uint16_t port = 0;
+  std::string url;
+};
+
+// A raw TCP connection to the server, for bytes no client would send.
+int raw_connect(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True once the server closed the connection (read returns 0 or an error), within `limit`.
+bool closed_by_server(int fd, std::chrono::milliseconds limit) {
+  timeval tv{static_cast<long>(limit.count() / 1000), static_cast<long>(limit.count() % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
+TEST_F(StoreTest, OperationsDoWhatTheySay) {
+  Store s(url, client_options());
+  s.set("a", std::string("one\0two", 7));
+  EXPECT_EQ(s.get("a"), std::string("one\0two", 7));
+  EXPECT_EQ(s.add("n", 5), 5);
+  EXPECT_EQ(s.add("n", -2), 3);
+  EXPECT_EQ(s.add("n", 0), 3);
+  EXPECT_EQ(s.compare_set("c", "", "first"), "first");    // missing + "" -> set
+  EXPECT_EQ(s.compare_set("c", "nope", "second"), "first");  // mismatch -> current value
+  EXPECT_EQ(s.compare_set("c", "first", "second"), "second");
+  EXPECT_TRUE(s.check({"a", "n", "c"}));
+  EXPECT_FALSE(s.check({"a", "missing"}));
+  EXPECT_TRUE(s.erase("a"));
+  EXPECT_FALSE(s.erase("a"));
+  EXPECT_FALSE(s.check({"a"}));
+  s.wait({"n", "c"}, 100ms);
+  EXPECT_THROW(s.add("c", 1), InvalidArgumentError);  // not an integer
+}
+
+TEST_F(StoreTest, GetAndWaitBlockUntilAnotherClientSets) {
+  Store a(url, client_options());
+  Store b(url, client_options());
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    b.set("x", "late");
+    std::this_thread::sleep_for(50ms);
+    b.set("y", "later");
+  });
+  EXPECT_EQ(a.get("x", 5s), "late");
+  a.wait({"x", "y"}, 5s);
+  later.join();
+}
+
+TEST_F(StoreTest, TimeoutsAreTypedAndNameTheKeys) {
+  Store s(url, client_options());
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    s.get("never", 200ms);
+    FAIL() << "no timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("never"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_THROW(s.wait({"x", "never2"}, 100ms), TimeoutError);
+}
+
+TEST_F(StoreTest, JobsSharingAStoreNeverCollide) {
+  Store one(url, client_options("job1"));
+  Store two(url, client_options("job2"));
+  one.set("k", "1");
+  two.set("k", "2");
+  EXPECT_EQ(one.get("k"), "1");
+  EXPECT_EQ(two.get("k"), "2");
+  EXPECT_EQ(one.add("n", 1), 1);
+  EXPECT_EQ(two.add("n", 1), 1);
+  EXPECT_FALSE(two.check({"only-one"}));
+  one.set("only-one", "x");
+  EXPECT_FALSE(two.check({"only-one"}));
+}
+
+TEST_F(StoreTest, AwaitableForms) {
+  Store s(url, client_options());
+  runtime::asio::io_context io;
+  std::string got;
+  std::int64_t n = 0;
+  runtime::asio::co_spawn(
+      io,
+      [&]() -> runtime::asio::awaitable<void> {
+        co_await s.async_set("k", "v", runtime::asio::use_awaitable);
+        got = co_await s.async_get("k", 1s, runtime::asio::use_awaitable);
+        n = co_await s.async_add("c", 3, runtime::asio::use_awaitable);
+      },
+      runtime::asio::detached);
+  io.run();
+  EXPECT_EQ(got, "v");
+  EXPECT_EQ(n, 3);
+}
+
+TEST_F(StoreTest, AWrongKeyIsAnAuthenticationErrorOnBothSides) {
+  auto o = client_options();
+  o.auth_key = "another-key";
+  try {
+    Store s(url, o);
+    FAIL() << "connected without the key";
+  } catch (const AuthenticationError& e) {
+    EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
+  }
+  auto plain = client_options();
+  plain.authenticate = false;
+  EXPECT_THROW(Store(url, plain), AuthenticationError);
+  // The server is still there for clients that hold the key.
+  Store good(url, client_options());
+  good.set("ok", "1");
+}
+
+// A World given its Session's key only proves that key to the store too (one key per job, as the
+// control channel), and a Session's opt-out is the store's: here a store without authentication.
+TEST_F(StoreTest, AWorldsStoreProvesTheKeyOfItsSession) {
+  WorldOptions o;
+  o.session.auth_key = "store-test-key";  // not $HMC_AUTH_KEY_FILE's key
+  o.session.ucx_tls = "shm";
+  o.session.ucx_net_devices = "lo";
+  o.session.buffer_size = 1u << 20;
+  o.store.job_id = "session-key";
+  o.store.timeout = 5s;
+  o.start_store = false;
+  {
+    World w(url, 1, 0, o);
+    w.barrier(5s);
+  }
+  StoreServerOptions so;
+  so.authenticate = false;
+  StoreServer open_server(so);
+  const std::string open_url = "tcp://127.0.0.1:" + std::to_string(open_server.listen("127.0.0.1", 0));
+  o.session.authenticate = false;
+  World w(open_url, 1, 0, o);
+  w.barrier(5s);
+}
+
+TEST_F(StoreTest, BadUrlsAndUnreachableStoresAreTypedErrorsNamingTheUrl) {
+  for (const std::string bad : {"127.0.0.1:1", "tcp://", "tcp://host", "tcp://h:0", "tcp://h:70000", "tcp://h:1,h:2",
+                                "redis://h:1", "etcd://", "env://x", "tcp://h o:1"}) {
+    try {
+      Store s(bad, client_options());
+      FAIL() << bad;
+    } catch (const InvalidConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  server.reset();  // nothing listens on that port now
+  auto o = client_options();
+  o.timeout = 300ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    Store s(url, o);
+    FAIL() << "connected to nothing";
+  } catch (const NotConnectedError& e) {
+    EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
+TEST_F(StoreTest, EnvUrlReadsTorchrunsVariables) {
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  ::unsetenv("HMC_STORE_PORT");
+  const auto a = parse_store_url("env://");
+  EXPECT_EQ(a.endpoints.at(0).second, port);
+  Store s("env://", client_options());
+  s.set("k", "v");
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);  // torch's agent owns MASTER_PORT: use the next
+  EXPECT_EQ(parse_store_url("env://").endpoints.at(0).second, port + 1);
+  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  ::unsetenv("MASTER_PORT");
+  EXPECT_THROW(parse_store_url("env://"), InvalidConfigError);
+  ::unsetenv("MASTER_ADDR");
+}
+
+TEST_F(StoreTest, HostileConnectionsAreClosedAndOthersStillServed) {
+  server.reset();
+  auto so = server_options();
+  so.handshake_timeout = 300ms;
+  so.frame_timeout = 300ms;
+  so.max_value_size = 1024;
+  server = std::make_unique<StoreServer>(so);
+  port = server->listen("127.0.0.1", 0);
+  url = "tcp://127.0.0.1:" + std::to_string(port);
+  Store good(url, client_options());
+
+  const int garbage = raw_connect(port);
+  const char junk[] = "GET / HTTP/1.1\r\n\r\n";
+  ASSERT_GT(::send(garbage, junk, sizeof junk, MSG_NOSIGNAL), 0);
+  EXPECT_TRUE(closed_by_server(garbage, 2s));  // bad magic
+  ::close(garbage);
+
+  const int silent = raw_connect(port);
+  EXPECT_TRUE(closed_by_server(silent, 3s));  // no handshake within handshake_timeout
+  ::close(silent);
+
+  const int huge = raw_connect(port);
+  auto header = detail::store_wire::encode_header({detail::store_wire::FrameType::hello, 0, 0xffffffffu});
+  ASSERT_GT(::send(huge, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  EXPECT_TRUE(closed_by_server(huge, 2s));  // announces 4 GiB
+  ::close(huge);
+
+  const int dribble = raw_connect(port);
+  header = detail::store_wire::encode_header({detail::store_wire::FrameType::hello, 0, 33});
+  ASSERT_GT(::send(dribble, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  EXPECT_TRUE(closed_by_server(dribble, 3s));  // the payload never comes
+  ::close(dribble);
+
+  EXPECT_THROW(good.set("big", std::string(2048, 'x')), Error);  // over max_value_size: refused
+  Store again(url, client_options());  // the connection above was closed for it; the server lives on
+  again.set("k", "v");
+  EXPECT_EQ(good.get("k", 1s), "v");
+}
+
+TEST_F(StoreTest, ConnectionsOverTheCapAreRefused) {
+  server.reset();
+  auto so = server_options();
+  so.max_connections = 2;
+  server = std::make_unique<StoreServer>(so);
+  port = server->listen("127.0.0.1", 0);
+  url = "tcp://127.0.0.1:" + std::to_string(port);
+  Store a(url, client_options());
+  Store b(url, client_options());
+  auto o = client_options();
+  o.timeout = 500ms;
+  EXPECT_THROW(Store(url, o), NotConnectedError);
+  a.set("still", "served");
+  EXPECT_EQ(b.get("still"), "served");
+}
+
+TEST_F(StoreTest, AStoreThatDiesFailsWaitersPromptly) {
+  Store s(url, client_options());
+  std::thread killer([&] {
+    std::this_thread::sleep_for(200ms);
+    server->close();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(s.get("never", 20s), NotConnectedError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  killer.join();
+  EXPECT_THROW(s.set("k", "v"), NotConnectedError);
+}
+
+}  // namespace
+}  // namespace hmc
