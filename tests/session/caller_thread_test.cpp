@@ -50,7 +50,11 @@ class CallerThread : public ::testing::TestWithParam<Param> {
     server->init_server("127.0.0.1", kDataPort, 0, 0, 0, dir);
     client = std::make_unique<Session>(options(ProgressThread::caller));
     ASSERT_EQ(client->connect(0, 1, "127.0.0.1", kDataPort, server->ctrl_port()), 0u);
-    server->wait_peer(1, 10s);
+    // The server's side is ready once its endpoint is wired up, which over tcp needs the client's
+    // loop: a caller-driven client progresses only when called, so drive it while waiting.
+    auto ready = std::async(std::launch::async, [&] { server->wait_peer(1, 10s); });
+    while (ready.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) client->progress();
+    ready.get();
   }
 
   std::string dir;
