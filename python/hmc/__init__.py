@@ -10,13 +10,14 @@ from ._runtime import get_and_clear_last_err_msg, get_last_err_msg, get_log_leve
 from .aio import AsyncSession
 from .future import Future
 from .session import BufferView, IOBuffer, RegisteredBuffer, Session, create_session, memory_type_available
-from .world import AsyncWorld, RankSession, Store, World, init_async_world, init_world, wrap_store  # noqa: F401
+from .world import AsyncWorld, RankSession, Store, World, init_async_world, init_world, wrap_store
 
 __all__ = [
-    "AsyncSession", "AuthenticationError", "BufferView", "CancelledError", "ClosedError", "ConnType", "Future",
-    "HMCError", "HMCStatusError", "IOBuffer", "InvalidArgumentError", "InvalidConfigError", "MemoryType",
-    "NotConnectedError", "NotFoundError", "OutOfRangeError", "PeerLostError", "ProtocolError", "RegisteredBuffer",
-    "Session", "Status", "TimeoutError", "UnsupportedError", "create_session", "get_and_clear_last_err_msg",
-    "get_last_err_msg", "get_log_level", "memory_supported", "memory_type_available", "memory_type_from_torch_tensor",
-    "set_extern_logger", "set_log_level", "status_t",
+    "AsyncSession", "AsyncWorld", "AuthenticationError", "BufferView", "CancelledError", "ClosedError",
+    "ConnType", "create_session", "Future", "get_and_clear_last_err_msg", "get_last_err_msg", "get_log_level",
+    "HMCError", "HMCStatusError", "init_async_world", "init_world", "InvalidArgumentError", "InvalidConfigError",
+    "IOBuffer", "memory_supported", "memory_type_available", "memory_type_from_torch_tensor", "MemoryType",
+    "NotConnectedError", "NotFoundError", "OutOfRangeError", "PeerLostError", "ProtocolError", "RankSession",
+    "RegisteredBuffer", "Session", "set_extern_logger", "set_log_level", "Status", "status_t", "Store",
+    "TimeoutError", "UnsupportedError", "World", "wrap_store",
 ]
