@@ -372,6 +372,24 @@ TEST(SessionFastCtrl, TagsSentAcrossTheSwitchToUcxArriveInOrder) {
   std::filesystem::remove_all(dir);
 }
 
+// Without the fast path (fast_ctrl off) put_notify is the put, then the tag on the control socket.
+TEST(SessionFastCtrl, PutNotifyWithoutTheFastPathKeepsItsOrder) {
+  const std::string dir = test::temp_dir();
+  auto o = test::session_options("tcp", runtime::ProgressMode::event, 1u << 20, dir);
+  o.fast_ctrl = false;
+  Session server(o);
+  server.init_server("127.0.0.1", 1, 0, 0, 0, dir);
+  Session client(o);
+  client.connect(0, 1, "127.0.0.1", 1, server.ctrl_port());
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    fill(client.buffer(), 0, 65536, 300 + i);
+    client.put_notify(0, 0, 0, 65536, i);
+    ASSERT_EQ(server.ctrl_recv(1, 20s), i);
+    ASSERT_TRUE(holds(server.buffer(), 0, 65536, 300 + i)) << "round " << i;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SessionLarge, BuffersOfFourGiBAndMoreUse64BitOffsets) {
   const std::string dir = test::temp_dir();
   const std::size_t big = (5ull << 30);
