@@ -263,7 +263,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   }
 
   // Checks an operation before anything is sent; the exception says what to fix.
-  std::exception_ptr validate(bool is_put, std::uint32_t rank, std::uint64_t region, const std::vector<Segment>& segs,
+  std::exception_ptr validate(bool is_put, std::uint32_t rank, std::uint64_t region, std::span<const Segment> segs,
                               std::size_t chunk, std::size_t window, bool pipeline) const {
     const char* op = is_put ? "put" : "get";
     auto fail = [&](auto error) { return std::make_exception_ptr(error); };
@@ -518,7 +518,7 @@ std::string Session::transports(std::uint32_t rank) const {
 }
 
 void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
-                                std::uint32_t peer, std::uint64_t region, std::vector<Segment> segments,
+                                std::uint32_t peer, std::uint64_t region, std::span<const Segment> segments,
                                 std::size_t chunk, std::size_t window, handler h) {
   const auto ex = impl->loop.executor();
   if (auto error = impl->validate(is_put, peer, region, segments, chunk, window, pipeline))
@@ -527,11 +527,46 @@ void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl
   request.rank = peer;
   request.kind = is_put ? detail::OpKind::put : detail::OpKind::get;
   request.region = region;
-  request.segments = std::move(segments);
+  request.segments = segments;
   request.chunk = pipeline ? chunk : 0;
   request.window = window;
-  impl->transport->submit(std::move(request), to_caller(ex, std::move(h), [is_put, peer] {
+  impl->transport->submit(request, to_caller(ex, std::move(h), [is_put, peer] {
                             return std::string(is_put ? "put to rank " : "get from rank ") + std::to_string(peer);
+                          }));
+}
+
+void Session::start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
+                                       std::uint64_t region, Segment segment, CtrlMessage message, handler h) {
+  const auto ex = impl->loop.executor();
+  if (auto error = impl->validate(true, peer, region, segments_of(segment), 0, 0, false))
+    return runtime::complete_later(ex, std::move(h), error);
+  if (message.bytes().size() > impl->opts.ctrl.max_frame_length)
+    return runtime::complete_later(
+        ex, std::move(h),
+        std::make_exception_ptr(InvalidArgumentError("put_notify: " + std::to_string(message.bytes().size()) +
+                                                     " bytes exceed the maximum control message of " +
+                                                     std::to_string(impl->opts.ctrl.max_frame_length))));
+  if (impl->fast_send.count(peer) == 0) {
+    // No fast path to the peer (yet): the put, then the message on the control channel, in order.
+    detail::OpRequest put;
+    put.rank = peer;
+    put.region = region;
+    put.segments = segments_of(segment);
+    return impl->transport->submit(
+        put, [impl, peer, m = std::move(message), h = std::move(h)](runtime::error_code ec) mutable {
+          if (!ec) return start_ctrl_send(impl, peer, std::move(m), std::move(h));
+          to_caller(impl->loop.executor(), std::move(h), [peer] { return "put_notify to rank " + std::to_string(peer); })(ec);
+        });
+  }
+  const std::vector<std::byte> wire = detail::encode_fast_message(message);
+  detail::OpRequest request;
+  request.rank = peer;
+  request.kind = detail::OpKind::put_notify;
+  request.region = region;
+  request.segments = segments_of(segment);
+  request.message = wire;
+  impl->transport->submit(request, to_caller(ex, std::move(h), [peer] {
+                            return "put_notify to rank " + std::to_string(peer);
                           }));
 }
 
@@ -661,6 +696,14 @@ void Session::get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_
            wait_budget(options()), "get_pipeline");
 }
 
+void Session::put_notify(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                         std::uint64_t tag) {
+  forbid_loop_thread(*loop_, "put_notify");
+  wait_for(*loop_,
+           async_put_notify(peer, local_off, remote_off, size, CtrlMessage::from_tag(tag), runtime::asio::use_future),
+           wait_budget(options()), "put_notify");
+}
+
 void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
                               handler h) {
   if (!impl->ctrl || impl->closed)
@@ -675,11 +718,12 @@ void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, 
           std::make_exception_ptr(InvalidArgumentError("ctrl_send: " + std::to_string(m.bytes().size()) +
                                                        " bytes exceed the maximum control message of " +
                                                        std::to_string(impl->opts.ctrl.max_frame_length))));
+    const std::vector<std::byte> wire = detail::encode_fast_message(m);
     detail::OpRequest request;
     request.rank = peer;
     request.kind = detail::OpKind::message;
-    request.message = detail::encode_fast_message(m);
-    return impl->transport->submit(std::move(request), to_caller(impl->loop.executor(), std::move(h), [peer] {
+    request.message = wire;
+    return impl->transport->submit(request, to_caller(impl->loop.executor(), std::move(h), [peer] {
                                      return "ctrl_send to rank " + std::to_string(peer);
                                    }));
   }

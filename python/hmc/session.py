@@ -249,11 +249,13 @@ class Session(ReferenceSession):
         self.close()
 
     # -- one-sided transfers ----------------------------------------------------------------------
-    def put_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None):
+    def put_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None, *, notify=None):
         """Puts local [local_off, +nbytes) to the peer's [remote_off, +nbytes); the bytes are in the
-        peer's buffer on return. port None: the only peer at ip."""
+        peer's buffer on return. port None: the only peer at ip. notify: a tag (int) or bytes that
+        the peer's ctrl_recv gets only after these bytes are visible to it (one operation)."""
         timeout = _args.timeout(timeout)
-        return self._finish(self._rma_op(True, ip, port, local_off, remote_off, nbytes, conn), timeout)
+        op = self._rma_op(True, ip, port, local_off, remote_off, nbytes, conn, notify=notify)
+        return self._finish(op, timeout)
 
     def get_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None):
         timeout = _args.timeout(timeout)
@@ -305,12 +307,12 @@ class Session(ReferenceSession):
                             timeout)
 
     # -- one-call helpers (stage through the buffer at offset `bias` on both sides) -----------------
-    def put(self, ip, data, bias=0, conn=ConnType.UCX, size=None, timeout=None):
+    def put(self, ip, data, bias=0, conn=ConnType.UCX, size=None, timeout=None, *, notify=None):
         """Puts data to the peer's offset `bias` (staged at local offset `bias`, or straight from a
         RegisteredBuffer; CUDA tensors through the device path). Returns nbytes. `conn` and `bias`
-        may come third in either order, as in the guides."""
+        may come third in either order, as in the guides. notify: as put_remote's."""
         timeout = _args.timeout(timeout)
-        op, n = self._put_op(ip, data, bias, conn, size)
+        op, n = self._put_op(ip, data, bias, conn, size, notify)
         return self._finish(op, timeout, lambda: n)
 
     def get(self, ip, size, bias=0, conn=ConnType.UCX, timeout=None):
@@ -394,10 +396,13 @@ class Session(ReferenceSession):
         """The third hook: a blocking wait here; AsyncSession awaits it instead."""
         return self._core.wait_peer_at(where, port, self.timeout)
 
-    def _rma_op(self, is_put, ip, port, local_off, remote_off, nbytes, conn, wait=True):
+    def _rma_op(self, is_put, ip, port, local_off, remote_off, nbytes, conn, wait=True, notify=None):
         _args.conn(conn)
         local_off, remote_off = _args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off")
         nbytes = _args.size(nbytes, "nbytes")
+        if notify is not None:
+            return self._core.put_notify(self._rank(ip, port, wait), local_off, remote_off, nbytes, notify,
+                                         self._notify)
         return self._core.rma(is_put, self._rank(ip, port, wait), local_off, remote_off, nbytes, self._notify)
 
     def _batch_op(self, is_put, peer, segments, conn):
@@ -419,23 +424,32 @@ class Session(ReferenceSession):
                 _args.integer(max_inflight, "max_inflight", 1, 1 << 20))
         return self._core.pipeline(is_put, self._rank(peer), *args, self._notify)
 
-    def _put_op(self, ip, data, bias, conn, size):
-        """Checks everything, then stages data at `bias` (unless registered) and starts the put."""
+    def _put_op(self, ip, data, bias, conn, size, notify=None):
+        """Checks everything, then stages data at `bias` (unless registered) and starts the put
+        (with its notify message, if any)."""
         bias, _ = _args.bias_and_conn(bias, conn)
         size = _args.optional_size(size, "size")
+
+        def start(rank, n):
+            if notify is None:
+                return self._core.rma(True, rank, bias, bias, n, self._notify)
+            return self._core.put_notify(rank, bias, bias, n, notify, self._notify)
+
         if isinstance(data, RegisteredBuffer):
             n = _fits(data.nbytes, size)
-            return self._core.registered_rma(True, data._reg, 0, self._rank(ip), bias, n, self._notify), n
+            if notify is None:
+                return self._core.registered_rma(True, data._reg, 0, self._rank(ip), bias, n, self._notify), n
+            return self._core.registered_put_notify(data._reg, 0, self._rank(ip), bias, n, notify, self._notify), n
         if _payload.device_of(data) is not None:
             rank = self._rank(ip)
             n = self.buf.put(data, bias, "cuda", nbytes=size)
-            return self._core.rma(True, rank, bias, bias, n, self._notify), n
+            return start(rank, n), n
         src = _payload.source(data, "data")
         if size is not None:
             src = _payload.prefix(src, size, "size")
         rank = self._rank(ip)  # before staging: a bad peer leaves the buffer untouched
         n = self._core.write(src, bias)
-        return self._core.rma(True, rank, bias, bias, n, self._notify), n
+        return start(rank, n), n
 
     def _issue(self, op):
         f = self._future(op)

@@ -306,21 +306,40 @@ class Core {
     return Registered(std::move(holder));
   }
 
-  Op ctrl_send(std::uint32_t rank, py::object value, bool notify) {
-    CtrlMessage m;
+  // A control message from a Python int (a tag) or anything with the buffer protocol (bytes).
+  static CtrlMessage message_of(const py::object& value, const char* what) {
     if (py::isinstance<py::int_>(value)) {
-      std::uint64_t tag = 0;
       try {
-        tag = value.cast<std::uint64_t>();
+        return CtrlMessage::from_tag(value.cast<std::uint64_t>());
       } catch (const py::cast_error&) {
         PyErr_Clear();
-        throw InvalidArgumentError("ctrl_send: tag must be an int in [0, 2**64)");
+        throw InvalidArgumentError(std::string(what) + ": tag must be an int in [0, 2**64)");
       }
-      m = CtrlMessage::from_tag(tag);
-    } else {
-      BufferView v(value, false, "ctrl_send");
-      m = CtrlMessage::from_bytes({static_cast<const std::byte*>(v.data()), v.size()});
     }
+    BufferView v(value, false, what);
+    return CtrlMessage::from_bytes({static_cast<const std::byte*>(v.data()), v.size()});
+  }
+
+  // put, then `tag` to the peer's ctrl_recv once the bytes are there (Session::async_put_notify).
+  Op put_notify(std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, py::object tag, bool notify) {
+    CtrlMessage m = message_of(tag, "notify");
+    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      s.async_put_notify(rank, local, remote, n, std::move(m), completer(st));
+    });
+  }
+
+  Op registered_put_notify(const Registered& reg, std::size_t off, std::uint32_t rank, std::size_t remote,
+                           std::size_t n, py::object tag, bool notify) {
+    CtrlMessage m = message_of(tag, "notify");
+    std::shared_ptr<RegHolder> holder = reg.holder();
+    const RegisteredMemory& memory = holder->memory;
+    return submit(notify, py::none(), holder, [&](Session& s, const std::shared_ptr<OpState>& st) {
+      s.async_put_from_notify(memory, off, rank, remote, n, std::move(m), completer(st));
+    });
+  }
+
+  Op ctrl_send(std::uint32_t rank, py::object value, bool notify) {
+    CtrlMessage m = message_of(value, "ctrl_send");
     return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
       s.async_ctrl_send(rank, std::move(m), completer(st));
     });
@@ -567,6 +586,8 @@ PYBIND11_MODULE(_hmc, m) {
       .def("batch", &Core::batch)
       .def("pipeline", &Core::pipeline)
       .def("registered_rma", &Core::registered)
+      .def("put_notify", &Core::put_notify)
+      .def("registered_put_notify", &Core::registered_put_notify)
       .def("register", &Core::register_memory)
       .def("ctrl_send", &Core::ctrl_send)
       .def("ctrl_recv", &Core::ctrl_recv)

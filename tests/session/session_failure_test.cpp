@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -60,6 +61,54 @@ TEST(SessionFailure, PeerDestroyedMidPipelineFailsTheOperationAndNothingElse) {
     }
     EXPECT_THROW(client->get(0, 0, 0, 8), NotConnectedError);
   }
+}
+
+// Issue 11.4: put_notify reaches one terminal state like a put: peer lost mid-flight (tcp and shm)
+// gives PeerLostError (or ClosedError, NotConnectedError once the loss is known), and nothing hangs.
+TEST(SessionFailure, PutNotifyInFlightWhenThePeerGoesFailsTyped) {
+  Fixture f;
+  constexpr std::size_t kSize = 16u << 20;
+  for (const char* tls : {"tcp", "shm"}) {
+    SCOPED_TRACE(tls);
+    auto server = f.server(tls, kSize);
+    auto client = f.client(*server, 1, tls, kSize);
+    std::vector<std::future<void>> ops;
+    for (int i = 0; i < 64; ++i)
+      ops.push_back(client->async_put_notify(0, 0, 0, (1u << 20) + static_cast<std::size_t>(i), CtrlMessage::from_tag(1),
+                                             asio::use_future));
+    server.reset();
+    int ok = 0, lost = 0;
+    for (auto& op : ops) {
+      try {
+        op.get();
+        ++ok;
+      } catch (const Error& e) {
+        EXPECT_TRUE(e.status() == Status::PEER_LOST || e.status() == Status::CLOSED) << e.what();
+        ++lost;
+      }
+    }
+    std::printf("%s: %d put_notify done before the peer went, %d failed typed\n", tls, ok, lost);
+    EXPECT_THROW(client->put_notify(0, 0, 0, 8, 1), NotConnectedError);
+  }
+}
+
+// A peer that stops progressing (its loop blocked): a put_notify over tcp waits for the flush and
+// ends with TimeoutError at the session's deadline. Its message was posted: once the peer runs
+// again it arrives, still after every byte of the put, and the session works on.
+TEST(SessionFailure, PutNotifyPastItsDeadlineIsATimeoutError) {
+  Fixture f;
+  constexpr std::size_t kSize = 32u << 20;
+  auto server = f.server("tcp", kSize);
+  auto client = f.client(*server, 1, "tcp", kSize, 500ms);
+  fill(client->buffer(), 0, kSize, 5);
+  std::promise<void> release;
+  asio::post(server->executor(), [held = release.get_future().share()] { held.wait_for(3s); });
+  EXPECT_THROW(client->put_notify(0, 0, 0, kSize, 5), TimeoutError);
+  release.set_value();
+  EXPECT_EQ(server->ctrl_recv(1, 20s), 5u);
+  EXPECT_TRUE(holds(server->buffer(), 0, kSize, 5)) << "the late notify overtook its bytes";
+  client->ctrl_send(0, 6);
+  EXPECT_EQ(server->ctrl_recv(1, 20s), 6u);
 }
 
 // Issue 8.2: after TimeoutError a pipeline used to keep refilling its window, overwriting the

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <deque>
 #include <string_view>
 #include <thread>
 
@@ -122,6 +123,58 @@ TEST_P(SessionTest, TagAfterPutNeverShowsStaleBytes) {
   reader.join();
   EXPECT_EQ(seen.load(), kRounds);
   EXPECT_EQ(stale.load(), 0) << "a tag overtook its put";
+}
+
+// Issue 11.4: put_notify's tag reaches ctrl_recv only after every byte of its put, with several
+// put_notify in flight, plain ctrl_send tags between them (same order as sent) and sizes from 8 B
+// to 1 MiB. The receiver checks every byte behind every tag before it lets the region be reused.
+TEST_P(SessionTest, PutNotifyTagNeverArrivesBeforeItsBytes) {
+  const bool tcp = std::string(GetParam().tls) == "tcp";
+  const int rounds = tcp ? 1000 : 2000;
+  constexpr std::size_t kRegions = 16, kStride = 2u << 20;
+  constexpr std::uint64_t kMarker = 1ull << 63;  // a plain ctrl_send after some put_notify
+  auto size_of = [](int i) -> std::size_t {
+    if (i % 50 == 49) return (1u << 20) + 5;
+    const std::size_t sizes[] = {8, 64, 1000, 4096, (64u << 10) + 3};
+    return sizes[i % 5];
+  };
+  std::atomic<int> stale{0}, disorder{0};
+  std::thread receiver([&] {
+    for (int i = 0; i < rounds; ++i) {
+      const std::uint64_t tag = server->ctrl_recv(1, 20s);
+      if (tag != static_cast<std::uint64_t>(i)) ++disorder;
+      const std::size_t at = (static_cast<std::size_t>(i) % kRegions) * kStride;
+      if (!holds(server->buffer(), at, size_of(i), 5000 + static_cast<std::uint64_t>(i))) ++stale;
+      if (i % 3 == 0 && server->ctrl_recv(1, 20s) != (kMarker | static_cast<std::uint64_t>(i))) ++disorder;
+      server->ctrl_send(1, static_cast<std::uint64_t>(i));  // region i % kRegions may be written again
+    }
+  });
+  std::deque<std::future<void>> inflight;
+  for (int i = 0; i < rounds; ++i) {
+    if (i >= static_cast<int>(kRegions)) {
+      if (client->ctrl_recv(0, 20s) != static_cast<std::uint64_t>(i) - kRegions) ++disorder;
+      inflight.front().get();
+      inflight.pop_front();
+    }
+    const std::size_t at = (static_cast<std::size_t>(i) % kRegions) * kStride;
+    fill(client->buffer(), at, size_of(i), 5000 + static_cast<std::uint64_t>(i));
+    inflight.push_back(client->async_put_notify(0, at, at, size_of(i), CtrlMessage::from_tag(static_cast<std::uint64_t>(i)),
+                                                asio::use_future));
+    if (i % 3 == 0) client->async_ctrl_send(0, CtrlMessage::from_tag(kMarker | static_cast<std::uint64_t>(i)), asio::use_future);
+  }
+  receiver.join();
+  for (auto& f : inflight) f.get();
+  for (std::size_t i = 0; i < kRegions; ++i) client->ctrl_recv(0, 20s);  // the last acks
+  EXPECT_EQ(disorder.load(), 0) << "a tag arrived out of order";
+  EXPECT_EQ(stale.load(), 0) << "a put_notify tag overtook its bytes";
+  // The blocking form, and a peer without a data connection is a typed error.
+  fill(client->buffer(), 0, 4096, 9);
+  client->put_notify(0, 0, 0, 4096, 77);
+  EXPECT_EQ(server->ctrl_recv(1, 20s), 77u);
+  EXPECT_TRUE(holds(server->buffer(), 0, 4096, 9));
+  EXPECT_THROW(client->put_notify(0, 0, kBuffer, 1, 1), OutOfRangeError);
+  client->disconnect(0);
+  EXPECT_THROW(client->put_notify(0, 0, 0, 8, 1), NotConnectedError);
 }
 
 TEST_P(SessionTest, BatchAndPipelineWithSizesThatAreNotChunkMultiples) {
@@ -316,6 +369,24 @@ TEST(SessionFastCtrl, TagsSentAcrossTheSwitchToUcxArriveInOrder) {
     if (client.ctrl_recv(0, 20s) != i) ++out_of_order;
   sender.join();
   EXPECT_EQ(out_of_order, 0u);
+  std::filesystem::remove_all(dir);
+}
+
+// Without the fast path (fast_ctrl off) put_notify is the put, then the tag on the control socket.
+TEST(SessionFastCtrl, PutNotifyWithoutTheFastPathKeepsItsOrder) {
+  const std::string dir = test::temp_dir();
+  auto o = test::session_options("tcp", runtime::ProgressMode::event, 1u << 20, dir);
+  o.fast_ctrl = false;
+  Session server(o);
+  server.init_server("127.0.0.1", 1, 0, 0, 0, dir);
+  Session client(o);
+  client.connect(0, 1, "127.0.0.1", 1, server.ctrl_port());
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    fill(client.buffer(), 0, 65536, 300 + i);
+    client.put_notify(0, 0, 0, 65536, i);
+    ASSERT_EQ(server.ctrl_recv(1, 20s), i);
+    ASSERT_TRUE(holds(server.buffer(), 0, 65536, 300 + i)) << "round " << i;
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -4,11 +4,31 @@
 // The same seam is where a verbs transport plugs in. Real-UCX behaviour is in tests/session/.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <deque>
+#include <new>
 #include <optional>
 
 #include "hmc/error.hpp"
 #include "transport/op_engine.hpp"
+
+// Counts this binary's allocations while a test asks for it (the engine's steady state).
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<std::size_t> g_allocations{0};
+}  // namespace
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // these three are the matching set
+void* operator new(std::size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace hmc::detail {
 namespace {
@@ -16,7 +36,7 @@ namespace {
 using namespace std::chrono_literals;
 
 struct Post {
-  enum Kind { rma, flush, message } kind;
+  enum Kind { rma, flush, message, notify } kind;
   std::uint32_t rank;
   bool is_put;
   Segment segment;
@@ -32,11 +52,16 @@ class EmulatedPoster final : public OpPoster {
     return {{}, token != kNoToken};
   }
   PostResult post_flush(std::uint32_t rank, Token token) override {
-    posts.push_back({Post::flush, rank, true, {}, token});
-    return {{}, true};
+    posts.push_back({Post::flush, rank, true, {}, flush_inline ? kNoToken : token});
+    return {{}, !flush_inline};
   }
   PostResult post_message(std::uint32_t rank, std::span<const std::byte>, Token token) override {
     posts.push_back({Post::message, rank, false, {}, token});
+    return {{}, true};
+  }
+  PostResult post_notify(std::uint32_t rank, std::span<const std::byte>, Token token) override {
+    if (refuse_notify) return {make_error_code(Status::PEER_LOST), false};
+    posts.push_back({Post::notify, rank, true, {}, token});
     return {{}, true};
   }
   void kick() override {}
@@ -48,6 +73,8 @@ class EmulatedPoster final : public OpPoster {
   }
   std::vector<Post> posts;
   std::optional<std::size_t> fail_after;  // refuse every post once this many were made
+  bool refuse_notify = false;
+  bool flush_inline = false;  // flushes complete at once (UCX on shared memory)
 };
 
 class OpEngineTest : public ::testing::Test {
@@ -56,23 +83,38 @@ class OpEngineTest : public ::testing::Test {
     engine.emplace(io.get_executor(), poster, regions, o);
     engine->peer_added(1);
   }
+  // A request whose spans stay valid through submit().
+  struct Req {
+    Req(OpKind k, std::uint32_t r, std::vector<Segment> s, std::size_t c = 0, std::size_t w = 0,
+        std::vector<std::byte> m = {})
+        : kind(k), rank(r), segments(std::move(s)), chunk(c), window(w), message(std::move(m)) {}
+    OpKind kind;
+    std::uint32_t rank;
+    std::vector<Segment> segments;
+    std::size_t chunk, window;
+    std::vector<std::byte> message;
+  };
+  std::shared_ptr<std::optional<error_code>> submit(const Req& q) {
+    OpRequest r;
+    r.rank = q.rank;
+    r.kind = q.kind;
+    r.segments = q.segments;
+    r.chunk = q.chunk;
+    r.window = q.window;
+    r.message = q.message;
+    return submit(r);
+  }
   // Submits and returns a slot that holds the result once the completion ran.
-  std::shared_ptr<std::optional<error_code>> submit(OpRequest r) {
+  std::shared_ptr<std::optional<error_code>> submit(const OpRequest& r) {
     auto result = std::make_shared<std::optional<error_code>>();
-    engine->submit(std::move(r), [result](error_code ec) {
+    engine->submit(r, [result](error_code ec) {
       EXPECT_FALSE(result->has_value()) << "a completion ran twice";
       *result = ec;
     });
     return result;
   }
-  static OpRequest pipeline(bool is_put, std::size_t size, std::size_t chunk, std::size_t window) {
-    OpRequest r;
-    r.rank = 1;
-    r.kind = is_put ? OpKind::put : OpKind::get;
-    r.segments = {Segment{0, 0, size}};
-    r.chunk = chunk;
-    r.window = window;
-    return r;
+  static Req pipeline(bool is_put, std::size_t size, std::size_t chunk, std::size_t window) {
+    return Req{is_put ? OpKind::put : OpKind::get, 1, {Segment{0, 0, size}}, chunk, window, {}};
   }
   void settle() {
     io.restart();
@@ -95,15 +137,12 @@ class OpEngineTest : public ::testing::Test {
 TEST_F(OpEngineTest, PutsShareOneFlushAndCompleteOnlyAfterIt) {
   make();
   std::vector<std::shared_ptr<std::optional<error_code>>> results;
-  for (int i = 0; i < 10; ++i) {
-    OpRequest r;
-    r.rank = 1;
-    r.segments = {Segment{0, 0, 8}};
-    results.push_back(submit(std::move(r)));
-  }
+  for (int i = 0; i < 10; ++i) results.push_back(submit(Req{OpKind::put, 1, {Segment{0, 0, 8}}}));
+  ASSERT_EQ(poster.count(Post::flush), 1u) << "the first put's flush leaves at once (no extra loop turn)";
+  EXPECT_EQ(poster.posts[1].kind, Post::flush);
   settle();  // the deferred flush runs after the burst
   EXPECT_EQ(poster.count(Post::rma), 10u);
-  EXPECT_EQ(poster.count(Post::flush), 1u) << "one flush per burst";
+  EXPECT_EQ(poster.count(Post::flush), 2u) << "the rest of the burst shares one flush";
   for (const auto& r : results) EXPECT_FALSE(r->has_value()) << "a put completed before its flush";
   complete_all();
   for (const auto& r : results) ASSERT_TRUE(r->has_value() && !**r);
@@ -161,10 +200,7 @@ TEST_F(OpEngineTest, TimedOutPipelinePostsNothingMore) {
 TEST_F(OpEngineTest, NothingPendingAfterPeerLossEvenIfItsPostsNeverReturn) {
   make();
   auto get = submit(pipeline(false, 1000, 10, 4));
-  OpRequest put;
-  put.rank = 1;
-  put.segments = {Segment{0, 0, 8}};
-  auto p = submit(std::move(put));
+  auto p = submit(Req{OpKind::put, 1, {Segment{0, 0, 8}}});
   settle();
   EXPECT_TRUE(engine->has_pending());
   engine->peer_removed(1, make_error_code(Status::PEER_LOST));
@@ -180,10 +216,7 @@ TEST_F(OpEngineTest, NothingPendingAfterPeerLossEvenIfItsPostsNeverReturn) {
 TEST_F(OpEngineTest, BatchWithARefusedSegmentFailsOnlyAfterTheEarlierOnesAreFlushed) {
   make();
   poster.fail_after = 3;
-  OpRequest r;
-  r.rank = 1;
-  r.segments = {{0, 0, 8}, {8, 8, 8}, {16, 16, 8}, {24, 24, 8}, {32, 32, 8}};
-  auto result = submit(std::move(r));
+  auto result = submit(Req{OpKind::put, 1, {{0, 0, 8}, {8, 8, 8}, {16, 16, 8}, {24, 24, 8}, {32, 32, 8}}});
   settle();
   ASSERT_EQ(poster.count(Post::rma), 3u);
   poster.fail_after.reset();
@@ -198,11 +231,7 @@ TEST_F(OpEngineTest, OverMaxInflightOperationsWaitInOrderAndTimeOutInTheQueue) {
   make({200ms, 2});
   std::vector<std::shared_ptr<std::optional<error_code>>> gets;
   for (int i = 0; i < 5; ++i) {
-    OpRequest r;
-    r.rank = 1;
-    r.kind = OpKind::get;
-    r.segments = {Segment{static_cast<std::size_t>(i), 0, 1}};
-    gets.push_back(submit(std::move(r)));
+    gets.push_back(submit(Req{OpKind::get, 1, {Segment{static_cast<std::size_t>(i), 0, 1}}}));
   }
   ASSERT_EQ(poster.count(Post::rma), 2u);
   complete_all();
@@ -219,16 +248,8 @@ TEST_F(OpEngineTest, OverMaxInflightOperationsWaitInOrderAndTimeOutInTheQueue) {
 
 TEST_F(OpEngineTest, UnknownPeerAndMessagesReachOneTerminalState) {
   make();
-  OpRequest m;
-  m.rank = 1;
-  m.kind = OpKind::message;
-  m.message = {std::byte{1}};
-  auto sent = submit(std::move(m));
-  OpRequest lost;
-  lost.rank = 7;
-  lost.kind = OpKind::message;
-  lost.message = {std::byte{1}};
-  auto refused = submit(std::move(lost));
+  auto sent = submit(Req{OpKind::message, 1, {}, 0, 0, {std::byte{1}}});
+  auto refused = submit(Req{OpKind::message, 7, {}, 0, 0, {std::byte{1}}});
   settle();
   ASSERT_TRUE(refused->has_value());
   EXPECT_EQ(status_of(**refused), Status::PEER_LOST);
@@ -236,6 +257,84 @@ TEST_F(OpEngineTest, UnknownPeerAndMessagesReachOneTerminalState) {
   complete_all(make_error_code(Status::PEER_LOST));
   ASSERT_TRUE(sent->has_value());
   EXPECT_EQ(status_of(**sent), Status::PEER_LOST);
+}
+
+// Issue 11.4: put-with-notify is the puts, then one notify post (which covers their flush), and one
+// completion once the notify is reported.
+TEST_F(OpEngineTest, PutNotifyPostsItsPutsThenOneNotifyAndCompletesWhenItIsReported) {
+  make();
+  auto result = submit(Req{OpKind::put_notify, 1, {{0, 0, 8}, {8, 64, 8}}, 0, 0, {std::byte{7}}});
+  settle();
+  ASSERT_EQ(poster.posts.size(), 3u);
+  EXPECT_EQ(poster.posts[0].kind, Post::rma);
+  EXPECT_EQ(poster.posts[1].kind, Post::rma);
+  EXPECT_EQ(poster.posts[2].kind, Post::notify);
+  EXPECT_EQ(poster.count(Post::flush), 0u) << "the notify covers the flush";
+  EXPECT_FALSE(result->has_value());
+  complete_all();
+  ASSERT_TRUE(result->has_value());
+  EXPECT_FALSE(**result);
+  EXPECT_EQ(engine->live_operations(), 0u);
+}
+
+// A refused notify fails the operation, but only after the puts already posted are flushed.
+TEST_F(OpEngineTest, RefusedNotifyFailsOnlyAfterItsPutsAreFlushed) {
+  make();
+  poster.refuse_notify = true;
+  auto result = submit(Req{OpKind::put_notify, 1, {{0, 0, 8}}, 0, 0, {std::byte{7}}});
+  settle();
+  ASSERT_EQ(poster.count(Post::flush), 1u);
+  EXPECT_FALSE(result->has_value()) << "completed while the put may still read the buffer";
+  complete_all();
+  ASSERT_TRUE(result->has_value());
+  EXPECT_EQ(status_of(**result), Status::PEER_LOST);
+}
+
+TEST_F(OpEngineTest, PutNotifyToALostPeerOrPastItsDeadlineEndsTyped) {
+  make({50ms, 1024});
+  auto lost = submit(Req{OpKind::put_notify, 7, {{0, 0, 8}}, 0, 0, {std::byte{7}}});
+  auto slow = submit(Req{OpKind::put_notify, 1, {{0, 0, 8}}, 0, 0, {std::byte{7}}});
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (!slow->has_value() && std::chrono::steady_clock::now() < until) io.run_one_for(10ms);
+  ASSERT_TRUE(lost->has_value() && slow->has_value());
+  EXPECT_EQ(status_of(**lost), Status::PEER_LOST);
+  EXPECT_EQ(status_of(**slow), Status::TIMEOUT);
+  complete_all();
+  EXPECT_EQ(engine->live_operations(), 0u);
+}
+
+// Issue 11.2: once warm, a put costs no allocation in the engine and no new record, whether its
+// flush completes inline (shared memory) or later (tcp).
+TEST_F(OpEngineTest, SteadyStatePutsAllocateNothingAndReuseTheirRecords) {
+  make();
+  constexpr int kOps = 1000;
+  for (bool inline_flush : {true, false}) {
+    SCOPED_TRACE(inline_flush);
+    poster.flush_inline = inline_flush;
+    const Req put{OpKind::put, 1, {Segment{0, 0, 8}}};
+    std::vector<OpEngine::Completion> done;  // made before counting: they are the caller's
+    int completed = 0;
+    for (int i = 0; i < 2 * kOps; ++i) done.emplace_back([&completed](error_code ec) { completed += ec ? 0 : 1; });
+    OpRequest r;
+    r.rank = put.rank;
+    r.segments = put.segments;
+    auto run = [&](int from, int to) {
+      for (int i = from; i < to; ++i) {
+        engine->submit(r, std::move(done[static_cast<std::size_t>(i)]));
+        complete_all();
+      }
+    };
+    run(0, kOps);  // warm-up
+    poster.posts.reserve(poster.posts.size() + 4 * kOps);
+    const std::size_t records = engine->records();
+    g_allocations = 0;
+    g_counting = true;
+    run(kOps, 2 * kOps);
+    g_counting = false;
+    EXPECT_EQ(completed, 2 * kOps);
+    EXPECT_EQ(engine->records(), records) << "the record pool grew";
+    EXPECT_EQ(g_allocations.load(), 0u) << "allocations for " << kOps << " puts";
+  }
 }
 
 }  // namespace

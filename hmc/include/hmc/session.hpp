@@ -121,13 +121,13 @@ class Session {
   template <class Token = default_token>
   auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                  Token&& token = default_token{}) {
-    return start_rma<Token>(true, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(true, false, peer, 0, Segment{local_off, remote_off, size}, 0, 0, std::forward<Token>(token));
   }
   // Completes when the bytes are in this session's buffer.
   template <class Token = default_token>
   auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                  Token&& token = default_token{}) {
-    return start_rma<Token>(false, false, peer, 0, {Segment{local_off, remote_off, size}}, 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(false, false, peer, 0, Segment{local_off, remote_off, size}, 0, 0, std::forward<Token>(token));
   }
   // Many segments, one completion (one endpoint flush for puts).
   template <class Token = default_token>
@@ -142,13 +142,13 @@ class Session {
   template <class Token = default_token>
   auto async_put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                           std::size_t chunk, std::size_t max_inflight, Token&& token = default_token{}) {
-    return start_rma<Token>(true, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
+    return start_rma<Token>(true, true, peer, 0, Segment{local_off, remote_off, size}, chunk, max_inflight,
                             std::forward<Token>(token));
   }
   template <class Token = default_token>
   auto async_get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                           std::size_t chunk, std::size_t max_inflight, Token&& token = default_token{}) {
-    return start_rma<Token>(false, true, peer, 0, {Segment{local_off, remote_off, size}}, chunk, max_inflight,
+    return start_rma<Token>(false, true, peer, 0, Segment{local_off, remote_off, size}, chunk, max_inflight,
                             std::forward<Token>(token));
   }
 
@@ -158,14 +158,34 @@ class Session {
   template <class Token = default_token>
   auto async_put_from(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer, std::size_t remote_off,
                       std::size_t size, Token&& token = default_token{}) {
-    return start_rma<Token>(true, false, peer, region_of(src), {Segment{src_off, remote_off, size}}, 0, 0,
+    return start_rma<Token>(true, false, peer, region_of(src), Segment{src_off, remote_off, size}, 0, 0,
                             std::forward<Token>(token));
   }
   template <class Token = default_token>
   auto async_get_into(const RegisteredMemory& dst, std::size_t dst_off, std::uint32_t peer, std::size_t remote_off,
                       std::size_t size, Token&& token = default_token{}) {
-    return start_rma<Token>(false, false, peer, region_of(dst), {Segment{dst_off, remote_off, size}}, 0, 0,
+    return start_rma<Token>(false, false, peer, region_of(dst), Segment{dst_off, remote_off, size}, 0, 0,
                             std::forward<Token>(token));
+  }
+
+  // A put, then `message` (a tag or bytes, as ctrl_send) to the peer's ctrl_recv, which never
+  // delivers it before the put's bytes are visible there. Completes once the message is sent and the
+  // local range may be reused. One operation instead of put + ctrl_send: the flush and the message
+  // leave from the loop without a round trip through the caller. Before the peer's fast path is up
+  // (or with fast_ctrl off) it is exactly put, then ctrl_send.
+  template <class Token = default_token>
+  auto async_put_notify(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                        CtrlMessage message, Token&& token = default_token{}) {
+    return start_put_notify<Token>(peer, 0, Segment{local_off, remote_off, size}, std::move(message),
+                                   std::forward<Token>(token));
+  }
+  // The same from registered user memory.
+  template <class Token = default_token>
+  auto async_put_from_notify(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer,
+                             std::size_t remote_off, std::size_t size, CtrlMessage message,
+                             Token&& token = default_token{}) {
+    return start_put_notify<Token>(peer, region_of(src), Segment{src_off, remote_off, size}, std::move(message),
+                                   std::forward<Token>(token));
   }
 
   // Futures (reference names) and waits with a timeout; TimeoutError leaves the operation running.
@@ -183,6 +203,8 @@ class Session {
                     std::size_t chunk, std::size_t max_inflight);
   void get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                     std::size_t chunk, std::size_t max_inflight);
+  void put_notify(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
+                  std::uint64_t tag);
 
   // Control messages, ordered per peer. A tag sent after a completed put never shows old data.
   template <class Token = default_token>
@@ -214,18 +236,33 @@ class Session {
   void close();
 
  private:
-  template <class Token>
-  auto start_rma(bool is_put, bool pipeline, std::uint32_t peer, std::uint64_t region, std::vector<Segment> segments,
+  // One segment travels by value (nothing allocated per operation), a batch as its vector.
+  static std::span<const Segment> segments_of(const Segment& s) noexcept { return {&s, 1}; }
+  static std::span<const Segment> segments_of(const std::vector<Segment>& v) noexcept { return v; }
+
+  template <class Token, class Segments>
+  auto start_rma(bool is_put, bool pipeline, std::uint32_t peer, std::uint64_t region, Segments segments,
                  std::size_t chunk, std::size_t window, Token&& token) {
     return runtime::async_on_loop<void(std::exception_ptr)>(
         executor(), std::forward<Token>(token),
         [impl = impl_, is_put, pipeline, peer, region, segs = std::move(segments), chunk, window](handler h) mutable {
-          start_rma_on_loop(impl, is_put, pipeline, peer, region, std::move(segs), chunk, window, std::move(h));
+          start_rma_on_loop(impl, is_put, pipeline, peer, region, segments_of(segs), chunk, window, std::move(h));
+        });
+  }
+  template <class Token>
+  auto start_put_notify(std::uint32_t peer, std::uint64_t region, Segment segment, CtrlMessage message,
+                        Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token),
+        [impl = impl_, peer, region, segment, m = std::move(message)](handler h) mutable {
+          start_put_notify_on_loop(impl, peer, region, segment, std::move(m), std::move(h));
         });
   }
   static void start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
-                                std::uint32_t peer, std::uint64_t region,
-                                std::vector<Segment> segments, std::size_t chunk, std::size_t window, handler h);
+                                std::uint32_t peer, std::uint64_t region, std::span<const Segment> segments,
+                                std::size_t chunk, std::size_t window, handler h);
+  static void start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
+                                       std::uint64_t region, Segment segment, CtrlMessage message, handler h);
   static void start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
                               handler h);
   static void start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,

@@ -43,11 +43,14 @@ class OpPoster {
                               Token token) = 0;
   // Completes when every put posted to `rank` before it is visible in the peer's memory and no
   // longer reads local memory (UCX: endpoint flush; verbs: the last signalled WR of the burst).
-  // Put-with-notify (issue 11) adds its sibling here: flush + a tag the peer sees only after the
-  // data (UCX: flush then an active message; verbs: WRITE_WITH_IMM on the last write).
   virtual PostResult post_flush(std::uint32_t rank, Token token) = 0;
   // A control fast-path message; `bytes` stays alive until the post is reported.
   virtual PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) = 0;
+  // post_message that the peer receives only after every put posted to `rank` before it is visible
+  // in its memory; reported once like post_message, when those puts no longer read local memory
+  // either (UCX: endpoint flush, then the active message; verbs: WRITE_WITH_IMM on the last write).
+  // Fast-path messages to one peer (plain or notify) reach it in the order they were posted.
+  virtual PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) = 0;
   // Posts were made after the poller may have armed: progress-then-arm must run again.
   virtual void kick() = 0;
 
@@ -55,17 +58,19 @@ class OpPoster {
   ~OpPoster() = default;
 };
 
-enum class OpKind : std::uint8_t { put, get, message };
+// put_notify: put the segments, then a fast-path message the peer sees only after their bytes.
+enum class OpKind : std::uint8_t { put, get, message, put_notify };
 
-// One operation as the Session submits it (validated already).
+// One operation as the Session submits it (validated already). The spans are read during submit()
+// only: the engine copies them into its pooled record (no allocation per operation once warm).
 struct OpRequest {
   std::uint32_t rank = 0;
   OpKind kind = OpKind::put;
-  std::uint64_t region = 0;        // local memory: 0 the session buffer, else a RegionTable id
-  std::vector<Segment> segments;   // put/get: one or more segments (a batch)
-  std::size_t chunk = 0;           // != 0: a pipeline over segments[0] in chunk-byte pieces ...
-  std::size_t window = 0;          // ... with at most `window` of them in flight
-  std::vector<std::byte> message;  // kind == message: the bytes
+  std::uint64_t region = 0;               // local memory: 0 the session buffer, else a RegionTable id
+  std::span<const Segment> segments;      // put/get/put_notify: one or more segments (a batch)
+  std::size_t chunk = 0;                  // != 0: a pipeline over segments[0] in chunk-byte pieces ...
+  std::size_t window = 0;                 // ... with at most `window` of them in flight
+  std::span<const std::byte> message;     // message/put_notify: the fast-path message
 };
 
 // Where an operation is. The last four are terminal: the caller has been told (once) and nothing
@@ -104,18 +109,21 @@ class OpEngine {
   std::size_t posts_outstanding() const noexcept { return all_posts_; }
   // Operation records not yet released.
   std::size_t live_operations() const noexcept { return live_ops_; }
+  // Operation and flush records ever made (they are reused): flat in steady state.
+  std::size_t records() const noexcept { return ops_.size() + batches_.size(); }
 
  private:
   struct Op;
   struct FlushBatch;
   struct PeerState;
 
-  Op* new_op(OpRequest request, Completion done);
+  Op* new_op(const OpRequest& request, Completion done);
   void enqueue(Op* op);
   void start(Op* op);
   void post_segments(Op* op);
   void post_chunks(Op* op);
   void post_message(Op* op);
+  void post_notify(Op* op);
   void note_post(Op* op, const PostResult& r, Token token);
   void fail(Op* op, error_code ec);
   void step(Op* op);
@@ -123,8 +131,8 @@ class OpEngine {
   void maybe_release(Op* op);
   void start_waiting_ops();
   void request_flush(Op* op);
-  void flush_now(std::uint32_t rank);
-  void flush_done(FlushBatch* batch, error_code ec);
+  void flush_now(std::uint32_t rank, Op* current);
+  void flush_done(FlushBatch* batch, error_code ec, Op* current);
   void arm_deadline_timer();
   void expire_deadlines();
   void unlink_deadline(Op* op);

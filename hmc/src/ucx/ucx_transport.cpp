@@ -138,7 +138,7 @@ UcxTransport::~UcxTransport() {
   while ((!closing_.empty() || engine_.posts_outstanding() != 0 || wireups_ != 0) &&
          now() < std::min(close_limit, post_limit)) {
     if (ucp_worker_progress(worker_) == 0 && done_posts_.empty() && done_closes_.empty() && wired_.empty() &&
-        ucp_worker_arm(worker_) == UCS_OK) {
+        notify_flushed_.empty() && ucp_worker_arm(worker_) == UCS_OK) {
       pollfd p{efd_, POLLIN, 0};
       ::poll(&p, 1, 1);
     }
@@ -294,6 +294,8 @@ void UcxTransport::remove_peer(std::uint32_t rank, error_code reason) {
   peers_.erase(it);
   // Before the endpoint closes: every operation of the peer is aborted and posts nothing more.
   engine_.peer_removed(rank, reason);
+  p->removed = true;
+  release_held(*p);  // what waits for a flush in flight is failed when that flush returns
   const bool lost = reason == make_error_code(Status::PEER_LOST);
   log().info("ucx peer rank {} removed: {}", rank, reason.message());
   // A peer lost (the control channel says so) whose endpoint UCX still holds up closes once UCX
@@ -371,6 +373,7 @@ std::size_t UcxTransport::region_size(std::uint64_t id) const {
 
 PostResult UcxTransport::posted(ucs_status_ptr_t r, Token token, const char* what, std::uint32_t rank) {
   if (r == nullptr) return {};  // done already; no callback follows
+  if (UCS_PTR_IS_PTR(r)) armed_ = false;  // in flight: UCX may need progress that no event announces
   if (UCS_PTR_IS_ERR(r)) {  // the caller gets the error; a failing endpoint refuses every post
     log().debug("ucx {} to rank {} refused: {}", what, rank, ucs_status_string(UCS_PTR_STATUS(r)));
     return {from_ucs(UCS_PTR_STATUS(r)), false};
@@ -416,17 +419,71 @@ PostResult UcxTransport::post_flush(std::uint32_t rank, Token token) {
 }
 
 PostResult UcxTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
-  const Peer* p = find(rank);
+  Peer* p = find(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
+  if (p->held_head == p->held.size()) return send_message(*p, bytes, token);
+  p->held.push_back(Peer::Held{token, bytes, true, UCS_OK});  // after a notify still flushing: in order
+  return {{}, true};
+}
+
+// UCX 1.13's ucp_worker_fence only fences each interface (uct_iface_fence), and on shared memory
+// puts (cma) and active messages (posix) use different ones: so the notify leaves once the endpoint
+// flush is done. On shared memory that flush completes inline and the message leaves in the same
+// call; over tcp it waits for the puts' acknowledgement (docs/design.md "Transports").
+PostResult UcxTransport::post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) {
+  Peer* p = find(rank);
+  if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &UcxTransport::on_notify_flushed;
+  param.user_data = p;
+  ucs_status_ptr_t f = ucp_ep_flush_nbx(p->ep, &param);
+  if (UCS_PTR_IS_ERR(f)) {
+    log().debug("ucx flush before a notify to rank {} refused: {}", rank, ucs_status_string(UCS_PTR_STATUS(f)));
+    return {from_ucs(UCS_PTR_STATUS(f)), false};
+  }
+  if (f == nullptr && p->held_head == p->held.size()) return send_message(*p, message, token);
+  const std::uint64_t seq = p->held_seq + p->held.size();
+  p->held.push_back(Peer::Held{token, message, f == nullptr, UCS_OK});
+  if (f != nullptr) {
+    armed_ = false;
+    std::memcpy(f, &seq, sizeof seq);  // callbacks run only inside ucp_worker_progress
+  }
+  return {{}, true};
+}
+
+PostResult UcxTransport::send_message(Peer& p, std::span<const std::byte> bytes, Token token) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = &UcxTransport::on_request_done;
   param.user_data = this;
   param.flags = UCP_AM_SEND_FLAG_EAGER;  // the receiver gets the data in its callback, in order
   // The header lives in the Peer (kept until the worker is gone): UCX 1.13 may read it until completion.
-  ucs_status_ptr_t r = ucp_am_send_nbx(p->ep, kCtrlMessageId, p->fast_header.data(), p->fast_header.size(),
+  ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kCtrlMessageId, p.fast_header.data(), p.fast_header.size(),
                                        bytes.data(), bytes.size(), &param);
-  return posted(r, token, "fast-path message", rank);
+  return posted(r, token, "fast-path message", p.record.rank);
+}
+
+// Sends (or, for a removed peer, fails) the held messages whose turn has come; reports each one
+// that does not leave a UCX request behind.
+void UcxTransport::release_held(Peer& p) {
+  while (p.held_head < p.held.size() && p.held[p.held_head].ready) {
+    const Peer::Held h = p.held[p.held_head++];
+    PostResult r;
+    if (p.removed) {
+      r.error = make_error_code(Status::PEER_LOST);
+    } else if (h.status != UCS_OK) {
+      r.error = from_ucs(h.status);
+    } else {
+      r = send_message(p, h.bytes, h.token);
+    }
+    if (!r.pending) engine_.completed(h.token, r.error);
+  }
+  if (p.held_head == p.held.size()) {
+    p.held_seq += p.held.size();
+    p.held.clear();  // keeps its capacity
+    p.held_head = 0;
+  }
 }
 
 ucs_status_t UcxTransport::on_active_message(void* arg, const void* header, std::size_t header_length, void* data,
@@ -458,13 +515,20 @@ ucs_status_t UcxTransport::on_active_message(void* arg, const void* header, std:
 bool UcxTransport::progress() {
   const unsigned n = ucp_worker_progress(worker_);
   const bool had = !done_posts_.empty() || !done_closes_.empty() || !failed_peers_.empty() ||
-                   !received_messages_.empty() || !misbehaving_.empty() || !wired_.empty();
+                   !received_messages_.empty() || !misbehaving_.empty() || !wired_.empty() ||
+                   !notify_flushed_.empty();
   process_completions();
+  if (n != 0 || had) armed_ = false;
   return n != 0 || had;
 }
 
 runtime::ArmResult UcxTransport::try_arm() {
+  // A cycle that a submission caused, with nothing in flight and nothing found since the last arm:
+  // the worker is still armed. A cycle the fd woke (no kick) always re-arms, which drains the fd.
+  const bool kicked = std::exchange(kicked_, false);
+  if (armed_ && kicked) return runtime::ArmResult::armed;
   const ucs_status_t s = ucp_worker_arm(worker_);
+  armed_ = s == UCS_OK;
   if (s == UCS_OK) return runtime::ArmResult::armed;
   if (s != UCS_ERR_BUSY) log().warn("ucp_worker_arm: {}", ucs_status_string(s));
   return runtime::ArmResult::busy;
@@ -473,7 +537,7 @@ runtime::ArmResult UcxTransport::try_arm() {
 void UcxTransport::process_completions() {
   // UCX callbacks only record; the work happens here, outside ucp_worker_progress.
   while (!done_posts_.empty() || !done_closes_.empty() || !failed_peers_.empty() || !received_messages_.empty() ||
-         !misbehaving_.empty() || !wired_.empty()) {
+         !misbehaving_.empty() || !wired_.empty() || !notify_flushed_.empty()) {
     auto messages = std::move(received_messages_);
     received_messages_.clear();
     for (auto& [rank, bytes] : messages)
@@ -481,6 +545,15 @@ void UcxTransport::process_completions() {
     auto posts = std::move(done_posts_);
     done_posts_.clear();
     for (auto [token, status] : posts) engine_.completed(token, from_ucs(status));
+    auto flushed = std::move(notify_flushed_);
+    notify_flushed_.clear();
+    for (const NotifyFlushed& f : flushed) {
+      Peer& p = *f.peer;
+      Peer::Held& h = p.held.at(f.seq - p.held_seq);
+      h.ready = true;
+      h.status = f.status;
+      release_held(p);
+    }
     auto offenders = std::move(misbehaving_);
     misbehaving_.clear();
     for (auto& [rank, why] : offenders) {
@@ -536,6 +609,14 @@ void UcxTransport::on_request_done(void* request, ucs_status_t status, void* use
   Token token = kNoToken;
   std::memcpy(&token, request, sizeof token);
   static_cast<UcxTransport*>(user_data)->done_posts_.emplace_back(token, status);
+  ucp_request_free(request);
+}
+
+void UcxTransport::on_notify_flushed(void* request, ucs_status_t status, void* user_data) {
+  auto* p = static_cast<Peer*>(user_data);
+  std::uint64_t seq = 0;
+  std::memcpy(&seq, request, sizeof seq);
+  p->owner->notify_flushed_.push_back(NotifyFlushed{p, seq, status});
   ucp_request_free(request);
 }
 

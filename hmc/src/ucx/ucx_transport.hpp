@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <span>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -71,16 +72,35 @@ class UcxTransport final : public Transport, private OpPoster {
     bool close_released = false;    // handed back to UCX unfinished at teardown: its callback frees nothing
     std::chrono::steady_clock::time_point linger_until{};  // lingering: closed by then at the latest
     FastHeader fast_header{};      // names us to the peer; alive while UCX may still send it
+    // Fast-path messages waiting behind a notify's flush, in posting order (bounded by the
+    // engine's max_inflight). held[held_head..] are waiting; held[i] has sequence held_seq + i.
+    struct Held {
+      Token token = kNoToken;
+      std::span<const std::byte> bytes;
+      bool ready = false;  // its flush is done (or it is a plain message): it may go
+      ucs_status_t status = UCS_OK;
+    };
+    std::vector<Held> held;
+    std::size_t held_head = 0;
+    std::uint64_t held_seq = 0;
+    bool removed = false;  // no longer in peers_: what it holds is reported failed
   };
 
   // OpPoster
   PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, Token token) override;
   PostResult post_flush(std::uint32_t rank, Token token) override;
   PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) override;
-  void kick() override { poller_.kick(); }
+  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) override;
+  void kick() override {
+    kicked_ = true;
+    poller_.kick();
+  }
   PostResult posted(ucs_status_ptr_t r, Token token, const char* what, std::uint32_t rank);
+  PostResult send_message(Peer& p, std::span<const std::byte> bytes, Token token);
+  void release_held(Peer& p);
 
   static void on_request_done(void* request, ucs_status_t status, void* user_data);
+  static void on_notify_flushed(void* request, ucs_status_t status, void* user_data);
   static void on_close_done(void* request, ucs_status_t status, void* user_data);
   static void on_wired(void* request, ucs_status_t status, void* user_data);
   static void on_endpoint_error(void* arg, ucp_ep_h ep, ucs_status_t status);
@@ -119,6 +139,16 @@ class UcxTransport final : public Transport, private OpPoster {
   std::map<std::uint32_t, std::uint64_t> fast_token_of_;            // rank -> the secret we gave it
   std::unordered_map<std::uint64_t, std::uint32_t> rank_of_token_;  // and back
   std::vector<std::pair<Token, ucs_status_t>> done_posts_;  // filled by UCX callbacks, drained after progress
+  struct NotifyFlushed {
+    Peer* peer;
+    std::uint64_t seq;
+    ucs_status_t status;
+  };
+  std::vector<NotifyFlushed> notify_flushed_;
+  // The worker armed (UCS_OK) and since then progress found nothing and every post completed inline:
+  // a cycle after a submission needs no new arm (3 syscalls on shm). Cleared by anything else.
+  bool armed_ = false;
+  bool kicked_ = false;  // a submission since the last try_arm: the cycle is not the fd's
   std::vector<std::pair<Peer*, ucs_status_t>> done_closes_;
   std::vector<std::pair<Peer*, ucs_status_t>> wired_;  // endpoints whose wireup flush came back
   std::size_t wireups_ = 0;                            // wireup flushes still in UCX

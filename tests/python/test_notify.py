@@ -1,0 +1,85 @@
+"""put(..., notify=tag) / put_remote(..., notify=tag): the peer's ctrl_recv gets the tag only after
+every byte of the put is in its buffer (issue 11.4), blocking and asyncio, over shm and tcp."""
+import asyncio
+import os
+import threading
+
+import pytest
+
+import hmc
+
+MiB = 1 << 20
+
+
+def kwargs(tmp_path, tls, **extra):
+    return dict(buffer_size=4 * MiB, ucx_tls=tls, ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path), **extra)
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_every_byte_is_there_when_the_tag_arrives(tmp_path, tls):
+    rounds, regions, size = 300, 8, 64 * 1024
+    with hmc.create_session(**kwargs(tmp_path, tls)) as server, hmc.create_session(**kwargs(tmp_path, tls)) as client:
+        server.init_server("127.0.0.1", 0)
+        client.connect("127.0.0.1", server.ctrl_port)
+        bad = []
+
+        def receive():
+            for i in range(rounds):
+                tag = server.ctrl_recv(1, timeout=20)
+                at = (i % regions) * size
+                if tag != i or server.buf.get_bytes(at, size) != bytes([(i * 7 + k) % 251 for k in range(4)]) * (size // 4):
+                    bad.append(i)
+                server.ctrl_send(1, i)
+
+        t = threading.Thread(target=receive)
+        t.start()
+        for i in range(rounds):
+            if i >= regions:
+                assert client.ctrl_recv(0, timeout=20) == i - regions
+            at = (i % regions) * size
+            data = bytes([(i * 7 + k) % 251 for k in range(4)]) * (size // 4)
+            if i % 2:
+                client.buf.put(data, at)
+                client.put_remote("127.0.0.1", None, at, at, size, notify=i)
+            else:
+                assert client.put("127.0.0.1", data, at, notify=i) == size
+        t.join()
+        for _ in range(regions):
+            client.ctrl_recv(0, timeout=20)
+        assert bad == []
+
+
+def test_bytes_messages_bad_tags_and_a_lost_peer_are_typed(tmp_path):
+    with hmc.create_session(**kwargs(tmp_path, "shm")) as server, \
+            hmc.create_session(**kwargs(tmp_path, "shm")) as client:
+        server.init_server("127.0.0.1", 0)
+        client.connect("127.0.0.1", server.ctrl_port)
+        client.put("127.0.0.1", b"payload", 0, notify=b"ready")
+        assert server.ctrl_recv(1, timeout=20) == b"ready"
+        assert server.buf.get_bytes(0, 7) == b"payload"
+        with pytest.raises(hmc.InvalidArgumentError):
+            client.put("127.0.0.1", b"x", 0, notify=-1)
+        with pytest.raises(hmc.InvalidArgumentError):
+            client.put("127.0.0.1", b"x", 0, notify=2 ** 64)
+        server.close()
+        with pytest.raises((hmc.PeerLostError, hmc.NotConnectedError)):
+            for _ in range(200):  # until the client has seen the loss
+                client.put_remote("127.0.0.1", None, 0, 0, 8, notify=1)
+
+
+def test_asyncio_put_with_notify(tmp_path):
+    async def main():
+        with hmc.create_session(**kwargs(tmp_path, "shm")) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kwargs(tmp_path, "shm")) as client:
+                await client.connect("127.0.0.1", server.ctrl_port)
+                for i in range(50):
+                    payload = os.urandom(4096)
+                    await client.put("127.0.0.1", payload, 0, notify=i)
+                    assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == i
+                    assert server.buf.get_bytes(0, 4096) == payload
+                    await client.put_remote("127.0.0.1", None, 0, 8192, 4096, notify=1000 + i)
+                    assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == 1000 + i
+                    assert server.buf.get_bytes(8192, 4096) == payload
+
+    asyncio.run(main())
