@@ -3,6 +3,7 @@
 // and the first RDMA device, skipped (with the reason) where ibv_get_device_list lists none, or run
 // by scripts/test --rdma. Fault injection needs the emulation: those cases run only there.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -354,6 +355,95 @@ TEST_F(VerbsBootstrap, AnRkeyOrRangeTheNicRefusesFailsTheOperationAndDropsThePee
   ASSERT_EQ(rank.wait_for(5s), std::future_status::ready);
   EXPECT_EQ(rank.get(), 1u);
   EXPECT_TRUE(loop.call([&] { return a->ranks().empty(); }));
+}
+
+}  // namespace
+}  // namespace hmc
+
+namespace hmc {
+namespace {
+
+// The emulation itself keeps the verbs contracts the transport relies on (and the real stack has).
+TEST(EmulatedFabric, ChannelEventsFollowTheArmContractAndUnackedEventsBlockDestroy) {
+  detail::EmulatedFabric f;
+  ibv_context* ctx = f.open_device(detail::EmulatedFabric::kDeviceName);
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = f.alloc_pd(ctx);
+  ibv_comp_channel* ch = f.create_comp_channel(ctx);
+  ibv_cq* cq = f.create_cq(ctx, 16, ch);
+  std::vector<std::byte> mem(4096);
+  ibv_mr* mr = f.reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+  ibv_qp* a = f.create_qp(pd, init);
+  ibv_qp* b = f.create_qp(pd, init);
+  for (auto [q, peer] : {std::pair{a, b}, std::pair{b, a}}) {
+    ibv_qp_attr s{};
+    s.qp_state = IBV_QPS_INIT;
+    ASSERT_EQ(f.modify_qp(q, s, IBV_QP_STATE), 0);
+    s.qp_state = IBV_QPS_RTR;
+    s.dest_qp_num = peer->qp_num;
+    ASSERT_EQ(f.modify_qp(q, s, IBV_QP_STATE | IBV_QP_DEST_QPN), 0);
+    s.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(f.modify_qp(q, s, IBV_QP_STATE), 0);
+  }
+  auto write = [&](std::uint64_t id) {
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(mem.data()), 8, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = id;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = reinterpret_cast<std::uintptr_t>(mem.data() + 64);
+    wr.wr.rdma.rkey = mr->rkey;
+    ibv_send_wr* bad = nullptr;
+    return f.post_send(a, &wr, &bad);
+  };
+  auto readable = [&](int ms) {
+    pollfd p{ch->fd, POLLIN, 0};
+    return ::poll(&p, 1, ms) == 1;
+  };
+  ibv_wc wc{};
+  // Not armed: the completion arrives, the channel stays silent.
+  ASSERT_EQ(write(1), 0);
+  ASSERT_TRUE(eventually([&] { return f.poll_cq(cq, 1, &wc) == 1; }));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_FALSE(readable(50));
+  // Armed: exactly one event for the next completion, then EAGAIN.
+  ASSERT_EQ(f.req_notify_cq(cq, 0), 0);
+  ASSERT_EQ(write(2), 0);
+  ASSERT_TRUE(readable(5000));
+  ibv_cq* got = nullptr;
+  ASSERT_EQ(f.get_cq_event(ch, &got), 0);
+  EXPECT_EQ(got, cq);
+  EXPECT_EQ(f.get_cq_event(ch, &got), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_FALSE(readable(0));
+  ASSERT_EQ(write(3), 0);  // not re-armed: no event
+  ASSERT_TRUE(eventually([&] { return f.poll_cq(cq, 1, &wc) == 1 && wc.wr_id == 2; }));
+  ASSERT_TRUE(eventually([&] { return f.poll_cq(cq, 1, &wc) == 1 && wc.wr_id == 3; }));
+  EXPECT_FALSE(readable(50));
+  // A full send queue refuses the post (nothing retired while its completions are unpolled).
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(write(10 + i), 0);
+  EXPECT_EQ(write(20), ENOMEM);
+  int polled = 0;
+  ASSERT_TRUE(eventually([&] { return (polled += std::max(0, f.poll_cq(cq, 1, &wc))) == 4; }));
+  EXPECT_EQ(wc.wr_id, 13u);
+  EXPECT_EQ(write(20), 0);  // polling retired them
+  ASSERT_TRUE(eventually([&] { return f.poll_cq(cq, 1, &wc) == 1 && wc.wr_id == 20; }));
+  EXPECT_EQ(f.destroy_qp(a), 0);
+  EXPECT_EQ(f.destroy_qp(b), 0);
+  EXPECT_EQ(f.destroy_cq(cq), EBUSY);  // one event taken, none acknowledged
+  f.ack_cq_events(cq, 1);
+  EXPECT_EQ(f.dealloc_pd(pd), EBUSY);  // the MR still uses it
+  EXPECT_EQ(f.dereg_mr(mr), 0);
+  EXPECT_EQ(f.destroy_cq(cq), 0);
+  EXPECT_EQ(f.destroy_comp_channel(ch), 0);
+  EXPECT_EQ(f.dealloc_pd(pd), 0);
+  EXPECT_EQ(f.close_device(ctx), 0);
 }
 
 }  // namespace
