@@ -269,6 +269,45 @@ TEST(VerbsConfig, WithoutADeviceOrEmulationRdmaIsUnsupportedAndSaysWhy) {
   std::filesystem::remove_all(dir);
 }
 
+// num_chs QPs per peer: operations spread over them, a flush covers every QP a put used, and
+// control messages keep their order on QP 0. Both sides must agree on the count.
+TEST(VerbsChannels, SeveralQpsPerPeerKeepPutSemanticsAndMismatchedCountsRefuse) {
+  const std::string dir = test::temp_dir();
+  SessionOptions o = rdma_options(true, dir);
+  o.num_chs = 3;
+  Session server(o), client(o);
+  server.init_server("127.0.0.1", 0, kRdmaPort, 0, 0, dir);
+  ASSERT_EQ(client.connect(0, 1, "127.0.0.1", kRdmaPort, server.ctrl_port(), ConnType::RDMA), 0u);
+  std::vector<Segment> segs;
+  for (std::size_t i = 0; i < 30; ++i) segs.push_back(Segment{i * 1000, 100000 + i * 1000, 1000});
+  fill(client.buffer(), 0, 30000, 21);
+  for (int round = 0; round < 20; ++round) {
+    fill(client.buffer(), 0, 30000, 21 + round);
+    client.put_batch(0, segs);
+    client.ctrl_send(0, round);
+    EXPECT_EQ(server.ctrl_recv(1, 5s), static_cast<std::uint64_t>(round));
+    EXPECT_TRUE(holds(server.buffer(), 100000, 30000, 21 + round));
+  }
+  fill(server.buffer(), 0, 1u << 20, 8);
+  client.get_pipeline(0, 0, 0, 1u << 20, 4096, 16);
+  EXPECT_TRUE(holds(client.buffer(), 0, 1u << 20, 8));
+
+  SessionOptions other = o;
+  other.num_chs = 2;
+  other.timeout = 1s;
+  Session odd(other);
+  // Refused at bootstrap. (PeerLostError when the refusal comes after connect() started waiting
+  // for the data connection; when it comes before, the Session's wait runs into its timeout.)
+  try {
+    odd.connect(0, 2, "127.0.0.1", kRdmaPort, server.ctrl_port(), ConnType::RDMA);
+    ADD_FAILURE() << "sessions with 3 and 2 QPs per peer connected";
+  } catch (const PeerLostError&) {
+  } catch (const TimeoutError&) {
+  }
+  EXPECT_EQ(server.peers(), std::vector<std::uint32_t>{1});
+  std::filesystem::remove_all(dir);
+}
+
 // The transport alone, over the emulation: what a hostile bootstrap message can do.
 class VerbsBootstrap : public ::testing::Test {
  protected:
