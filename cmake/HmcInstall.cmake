@@ -1,6 +1,6 @@
 # `cmake --install`: headers, the static libraries, a CMake package (find_package(hmc CONFIG) ->
 # hmc::hmc) and a pkg-config file. The libraries are static, so the package also finds what they
-# link (UCX, liburing, spdlog, Boost headers, OpenSSL, threads) again on the user's side.
+# link (UCX, libibverbs, liburing, spdlog, Boost headers, OpenSSL, threads) again on the user's side.
 include(CMakePackageConfigHelpers)
 
 install(TARGETS hmc hmc_runtime hmc_asio EXPORT hmcTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -16,7 +16,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hmcConfig.cmake ${CMAKE_CURRENT_BINARY
 
 # pkg-config: the compile definitions hmc_asio makes public, and every library in link order.
 set(HMC_PC_DEFINES "-DBOOST_ASIO_SEPARATE_COMPILATION -DBOOST_ASIO_NO_DEPRECATED -DBOOST_ASIO_NO_TS_EXECUTORS")
-set(HMC_PC_REQUIRES "ucx spdlog libssl libcrypto")
+set(HMC_PC_REQUIRES "ucx libibverbs spdlog libssl libcrypto")
 if(HMC_ASIO_BACKEND STREQUAL "io_uring")
   string(APPEND HMC_PC_DEFINES " -DBOOST_ASIO_HAS_IO_URING -DBOOST_ASIO_DISABLE_EPOLL -DHMC_ASIO_IO_URING")
   string(APPEND HMC_PC_REQUIRES " liburing")

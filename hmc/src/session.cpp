@@ -1,6 +1,7 @@
 #include "hmc/session.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <map>
 #include <set>
@@ -16,6 +17,8 @@
 #include "transport/transport.hpp"
 #include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_transport.hpp"
+#include "verbs/emulated_verbs.hpp"
+#include "verbs/verbs_transport.hpp"
 
 namespace hmc {
 namespace detail {
@@ -40,11 +43,41 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   }
 
   // The only place that knows which transport carries the data; everything else uses Transport.
-  void start_on_loop() {
+  void start_on_loop() { install(make_transport(opts.conn_type), opts.conn_type); }
+
+  std::unique_ptr<Transport> make_transport(ConnType type) {
+    const EngineOptions engine{opts.timeout, opts.max_inflight};
+    const std::size_t max_message = std::size_t{opts.ctrl.max_frame_length} + 1;  // the kind byte
+    if (type == ConnType::RDMA) {
+      VerbsOptions vo;
+      vo.engine = engine;
+      vo.max_message = max_message;
+      vo.device = opts.rdma_device;
+      vo.port = opts.rdma_device_port;
+      vo.gid_index = opts.rdma_gid_index;
+      vo.num_chs = opts.num_chs;
+      return std::make_unique<VerbsTransport>(loop, verbs_api(), *buffer, vo);
+    }
     UcxOptions uo;
-    uo.engine = EngineOptions{opts.timeout, opts.max_inflight};
-    uo.max_message = std::size_t{opts.ctrl.max_frame_length} + 1;  // the kind byte
-    transport = std::make_unique<UcxTransport>(loop, ucx_context, *buffer, uo);
+    uo.engine = engine;
+    uo.max_message = max_message;
+    return std::make_unique<UcxTransport>(loop, ucx_context, *buffer, uo);
+  }
+
+  // rdma-core, unless the tests asked for the emulated fabric explicitly.
+  std::shared_ptr<VerbsApi> verbs_api() const {
+    const char* env = std::getenv("HMC_VERBS_EMULATION");
+    if (opts.verbs_emulation || (env != nullptr && std::string(env) == "1")) {
+      log().warn("RDMA over the in-process EMULATED fabric (verbs_emulation / HMC_VERBS_EMULATION=1): "
+                 "for tests only, nothing leaves this process");
+      return EmulatedFabric::shared();
+    }
+    return make_ibverbs_api();
+  }
+
+  void install(std::unique_ptr<Transport> t, ConnType type) {
+    transport = std::move(t);
+    conn = type;
     transport->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
       if (auto self = weak.lock()) self->peer_down(rank);
     };
@@ -55,6 +88,16 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       if (auto self = weak.lock()) self->fast_message(rank, bytes);
     };
     transport->attach();
+  }
+
+  // ConnType::RDMA from connect/init_server: the session's transport becomes verbs while it has no
+  // control channel (so no peer) yet; ConnType::UCX means "the session's transport".
+  void use_conn(ConnType type, const std::string& what) {
+    if (type == conn || type == ConnType::UCX) return;
+    if (ctrl)
+      throw InvalidArgumentError(what + ": ConnType::RDMA on a session that already carries its data over UCX; "
+                                        "create a session with conn_type RDMA (one transport per session)");
+    install(make_transport(type), type);  // the new one is built first: a failure leaves UCX in place
   }
 
   // The control channel exists once this session knows its own rank (init_server or connect).
@@ -313,6 +356,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::unique_ptr<ConnBuffer> buffer;
   std::unique_ptr<CtrlChannel> ctrl;
   std::unique_ptr<Transport> transport;
+  ConnType conn = ConnType::UCX;  // what `transport` is
   runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable data connection
   std::map<std::uint32_t, std::string> dialed;  // rank -> the ip connect() reached it at
   std::map<std::uint64_t, AddressWaiter> address_waiters;  // one per blocked caller: bounded by callers
@@ -368,6 +412,7 @@ Session::Session(SessionOptions options) {
   if (options.progress_thread == ProgressThread::own) loop_->start();
   impl_ = std::make_shared<detail::SessionImpl>(*loop_, std::move(options));
   loop_->call([&] { impl_->start_on_loop(); });
+  conn_type_ = impl_->opts.conn_type;
 }
 
 Session::~Session() {
@@ -384,24 +429,29 @@ runtime::loop_executor Session::executor() const noexcept { return loop_->execut
 
 void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                           std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir) {
-  // The reference's servers pass an RDMA port too: serve UCX and say why RDMA is off.
-  if (rdma_port != 0)
-    detail::log().info("rdma_port {} ignored: this build has no RDMA verbs transport; serving UCX only "
-                       "(ConnType::RDMA transfers fail with UnsupportedError)",
-                       rdma_port);
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("init_server on a closed session");
+    if (rdma_port != 0 && ucx_port == 0) impl_->use_conn(ConnType::RDMA, "init_server");
+    conn_type_ = impl_->conn;
+    const bool rdma = impl_->conn == ConnType::RDMA;
+    // The reference's servers pass both ports; a session serves one transport and says which.
+    if (!rdma && rdma_port != 0)
+      detail::log().info("rdma_port {} ignored: this session serves UCX on ucx_port {} (one transport per "
+                         "session: create it with conn_type RDMA, or pass only an rdma_port, to serve RDMA)",
+                         rdma_port, ucx_port);
     impl_->ensure_ctrl(self_id, ctrl_uds_dir);
     impl_->advertised_ip = bind_ip == "0.0.0.0" ? impl_->opts.local_ip : bind_ip;
-    impl_->data_port = ucx_port;
+    impl_->data_port = rdma && rdma_port != 0 ? rdma_port : ucx_port;
   });
   const std::uint16_t bound = impl_->ctrl->listen(bind_ip, ctrl_tcp_port);
   loop_->call([&] { impl_->ctrl_port = bound; });
 }
 
-void Session::init_server(const std::string& ip, std::uint16_t ctrl_port) {
+void Session::init_server(const std::string& ip, std::uint16_t ctrl_port, ConnType conn) {
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("init_server on a closed session");
+    impl_->use_conn(conn, "init_server");
+    conn_type_ = impl_->conn;
     impl_->ensure_ctrl(0, {});
     impl_->advertised_ip = ip == "0.0.0.0" ? impl_->opts.local_ip : ip;
     impl_->data_port = ctrl_port;  // the one public port is also how clients name this session
@@ -433,11 +483,11 @@ std::uint16_t Session::ctrl_port() const {
 
 std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
                                std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn) {
-  if (conn == ConnType::RDMA)
-    throw UnsupportedError("ConnType::RDMA: the verbs transport is unsupported in this build; use ConnType::UCX");
   forbid_loop_thread(*loop_, "connect");
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("connect on a closed session");
+    impl_->use_conn(conn, "connect");
+    conn_type_ = impl_->conn;
     impl_->ensure_ctrl(self_id, {});
     if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
   });
@@ -456,11 +506,11 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
 }
 
 std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn) {
-  if (conn == ConnType::RDMA)
-    throw UnsupportedError("ConnType::RDMA: the verbs transport is unsupported in this build; use ConnType::UCX");
   forbid_loop_thread(*loop_, "connect");
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("connect on a closed session");
+    impl_->use_conn(conn, "connect");
+    conn_type_ = impl_->conn;
     impl_->ensure_ctrl(CtrlChannel::any_rank, {});
     if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
   });

@@ -47,8 +47,8 @@ class ReferenceSession:
     """Session names of the reference package and of the SDK guide."""
 
     def check_conn(self, ip, port=None, conn=ConnType.UCX):
-        """Whether a peer is connected at ip (and port). Over ConnType.RDMA never (no verbs here)."""
-        if _args.member(ConnType, conn, "conn") != ConnType.UCX:
+        """Whether a peer is connected at ip (and port) over `conn` (the session's one transport)."""
+        if _args.member(ConnType, conn, "conn") not in (ConnType.UCX, self._session_conn()):
             return False
         try:
             return self._rank(ip, port, wait=False) in self.peers()  # a disconnected peer's address may linger
@@ -72,7 +72,7 @@ class ReferenceSession:
                             device=None, timeout=None):
         """buf.put(data) at local_off, then put_remote to remote_off; returns nbytes."""
         timeout = _args.timeout(timeout)
-        _args.conn(conn)
+        _args.data_conn(conn, self._session_conn)
         rank = self._rank(ip, port)  # before staging: a bad peer leaves the buffer untouched
         n = self.buf.put(data, local_off, device, nbytes=nbytes)
         return self._finish(self._rma_op(True, rank, None, local_off, remote_off, n, conn), timeout, lambda: n)
@@ -94,7 +94,7 @@ class ReferenceSession:
         """Streams buf_size bytes at send_buf_ptr (memory of buf_type) to a peer's recv_data_from,
         staged through both session buffers in two halves. Uses the control channel to that peer
         (do not ctrl_recv from it meanwhile) and the whole session buffer."""
-        _args.conn(conn)
+        _args.data_conn(conn, self._session_conn)
         args = (_args.integer(send_buf_ptr, "send_buf_ptr", 1), _args.size(buf_size, "buf_size"),
                 _args.mem_type(buf_type, "buf_type"))
         _device_memory(args[2], "send_data_to")
@@ -104,7 +104,7 @@ class ReferenceSession:
         """Receives what the peer's send_data_to streams into recv_buf_ptr (room for buf_size bytes
         of buf_type memory); writes the byte count as a size_t at flag_ptr (0: none). The peer is
         found by ip (the reference's rule; port is accepted)."""
-        _args.conn(conn)
+        _args.data_conn(conn, self._session_conn)
         if port is not None:
             _args.port(port)
         args = (_args.integer(recv_buf_ptr, "recv_buf_ptr", 1), _args.size(buf_size, "buf_size"),

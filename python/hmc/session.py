@@ -170,10 +170,13 @@ class Session(ReferenceSession):
     def _future(self, op):
         return Future(op, None, self.timeout + 1.0)
 
+    def _session_conn(self):
+        return ConnType(self._core.conn_type())
+
     # -- connection -----------------------------------------------------------------------------
     def init_server(self, *args, **kwargs):
         """Two forms: init_server(bind_ip, ucx_port, rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir=None)
-        (README: this session is rank self_id; a non-zero rdma_port is accepted, UCX is served) and
+        (README: this session is rank self_id; it serves RDMA when only rdma_port is given, else UCX) and
         init_server(ip, port, conn=ConnType.UCX) (SDK guide: rank 0, clients get 1, 2, ...)."""
         return self._by_form("init_server", (self._init_server_readme, self._init_server_sdk), args, kwargs)
 
@@ -183,8 +186,7 @@ class Session(ReferenceSession):
                           _args.rank(self_id, "self_id"), _args.text(ctrl_uds_dir, "ctrl_uds_dir"))
 
     def _init_server_sdk(self, ip, port, conn=ConnType.UCX):
-        _args.conn(conn)
-        return self._call(self._core.init_server_sdk, _args.ip(ip), _args.port(port))
+        return self._call(self._core.init_server_sdk, _args.ip(ip), _args.port(port), int(_args.conn(conn)))
 
     def connect(self, *args, **kwargs):
         """Two forms, each returning the server's rank once data can flow both ways:
@@ -230,7 +232,7 @@ class Session(ReferenceSession):
         or a rank / 'ip:port'."""
         if isinstance(port, ConnType):
             port, conn = None, port
-        _args.conn(conn)
+        _args.data_conn(conn, self._session_conn)
         return self._call(self._core.disconnect, self._rank(peer, port, wait=False))
 
     def close_server(self):
@@ -321,7 +323,7 @@ class Session(ReferenceSession):
         if _is_count(ip) and isinstance(size, (str, tuple)):
             ip, size = size, ip
         timeout = _args.timeout(timeout)
-        bias, _ = _args.bias_and_conn(bias, conn)
+        bias, _ = _args.bias_and_conn(bias, conn, self._session_conn)
         size = _args.size(size, "size")
         op = self._core.rma(False, self._rank(ip), bias, bias, size, self._notify)
         return self._finish(op, timeout, lambda: self._core.read_bytes(bias, size))
@@ -330,7 +332,7 @@ class Session(ReferenceSession):
         """Gets into dest (writable array/tensor/bytearray; a CUDA tensor; or a RegisteredBuffer:
         zero-copy); size defaults to all of dest. Returns nbytes."""
         timeout = _args.timeout(timeout)
-        bias, _ = _args.bias_and_conn(bias, conn)
+        bias, _ = _args.bias_and_conn(bias, conn, self._session_conn)
         size = _args.optional_size(size, "size")
         if isinstance(dest, RegisteredBuffer):
             n = _fits(dest.nbytes, size)
@@ -397,7 +399,7 @@ class Session(ReferenceSession):
         return self._core.wait_peer_at(where, port, self.timeout)
 
     def _rma_op(self, is_put, ip, port, local_off, remote_off, nbytes, conn, wait=True, notify=None):
-        _args.conn(conn)
+        _args.data_conn(conn, self._session_conn)
         local_off, remote_off = _args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off")
         nbytes = _args.size(nbytes, "nbytes")
         if notify is not None:
@@ -406,7 +408,7 @@ class Session(ReferenceSession):
         return self._core.rma(is_put, self._rank(ip, port, wait), local_off, remote_off, nbytes, self._notify)
 
     def _batch_op(self, is_put, peer, segments, conn):
-        _args.conn(conn)
+        _args.data_conn(conn, self._session_conn)
         if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
             raise InvalidArgumentError("segments must be a list of (local_off, remote_off, nbytes)")
         segs = []
@@ -418,7 +420,7 @@ class Session(ReferenceSession):
         return self._core.batch(is_put, self._rank(peer), segs, self._notify)
 
     def _pipeline_op(self, is_put, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn):
-        _args.conn(conn)
+        _args.data_conn(conn, self._session_conn)
         args = (_args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off"),
                 _args.size(nbytes, "nbytes"), _args.size(chunk, "chunk"),
                 _args.integer(max_inflight, "max_inflight", 1, 1 << 20))
@@ -427,7 +429,7 @@ class Session(ReferenceSession):
     def _put_op(self, ip, data, bias, conn, size, notify=None):
         """Checks everything, then stages data at `bias` (unless registered) and starts the put
         (with its notify message, if any)."""
-        bias, _ = _args.bias_and_conn(bias, conn)
+        bias, _ = _args.bias_and_conn(bias, conn, self._session_conn)
         size = _args.optional_size(size, "size")
 
         def start(rank, n):

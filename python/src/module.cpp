@@ -542,8 +542,8 @@ PYBIND11_MODULE(_hmc, m) {
              c.blocking([&](Session& s) { s.init_server(ip, ucx_port, rdma_port, ctrl_port, self_id, uds_dir); });
            })
       .def("init_server_sdk",
-           [](Core& c, const std::string& ip, std::uint16_t port) {
-             c.blocking([&](Session& s) { s.init_server(ip, port); });
+           [](Core& c, const std::string& ip, std::uint16_t port, int conn) {
+             c.blocking([&](Session& s) { s.init_server(ip, port, static_cast<hmc::ConnType>(conn)); });
            })
       .def("connect",
            [](Core& c, std::uint32_t peer_id, std::uint32_t self_id, const std::string& ip, std::uint16_t data_port,
@@ -563,6 +563,7 @@ PYBIND11_MODULE(_hmc, m) {
              c.blocking([&](Session& s) { s.wait_peer(rank, to_ms(timeout, s.options().timeout, "timeout")); });
            })
       .def("rank", [](Core& c) { return c.use()->rank(); })
+      .def("conn_type", [](Core& c) { return static_cast<int>(c.use()->conn_type()); })
       .def("ctrl_port", [](Core& c) { return c.use()->ctrl_port(); })
       .def("peers", [](Core& c) { return c.use()->peers(); })
       .def("resolve", [](Core& c, const std::string& ip,

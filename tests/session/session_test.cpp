@@ -406,10 +406,10 @@ TEST(SessionLarge, BuffersOfFourGiBAndMoreUse64BitOffsets) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(SessionConfig, RdmaIsUnsupportedInThisBuild) {
+TEST(SessionConfig, AUcxServerIgnoresItsRdmaPortAndRefusesRdma) {
   const std::string dir = test::temp_dir();
   Session s(test::session_options("", runtime::ProgressMode::event, 4096, dir));
-  // A server given an RDMA port (the reference README's form) serves UCX and says why at info level.
+  // A server given both ports (the reference README's form) serves UCX and says why at info level.
   std::vector<std::string> lines;
   const auto level = runtime::log_level();
   runtime::set_log_level(runtime::LogLevel::info);
@@ -420,8 +420,9 @@ TEST(SessionConfig, RdmaIsUnsupportedInThisBuild) {
   runtime::set_log_hook({});
   runtime::set_log_level(level);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("rdma_port 2026 ignored: this build has no RDMA verbs transport"), std::string::npos);
-  EXPECT_THROW(s.connect(0, 1, "127.0.0.1", 1, 1, ConnType::RDMA), UnsupportedError);
+  EXPECT_NE(lines[0].find("rdma_port 2026 ignored: this session serves UCX"), std::string::npos);
+  // One transport per session: it serves UCX now, so RDMA is refused (tests/verbs covers RDMA).
+  EXPECT_THROW(s.connect(0, 1, "127.0.0.1", 1, 1, ConnType::RDMA), InvalidArgumentError);
   EXPECT_THROW(s.put(0, 0, 0, 1), NotConnectedError);
   EXPECT_THROW(s.ctrl_send(0, 1), NotConnectedError);
   std::filesystem::remove_all(dir);

@@ -5,6 +5,7 @@
 // Every async_* operation takes an Asio completion token (use_awaitable, the default; use_future;
 // a callback) and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All
 // members are safe from any thread; blocking ones throw InvalidArgumentError on the loop thread.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -56,7 +57,17 @@ struct SessionOptions {
   // or on the side that did not open the connection, see docs/design.md "Failure model").
   // Zero keeps UCX's defaults and UCX_* variables.
   std::chrono::milliseconds ucx_keepalive{10000};
-  bool fast_ctrl = true;  // once a peer's UCX endpoint is up, send control messages as UCX active messages
+  bool fast_ctrl = true;  // once a peer's data connection is up, send control messages over it
+  // The data transport (docs/design.md "Verbs transport"): one per session. connect(..., RDMA) or
+  // init_server with only an rdma_port also pick RDMA for a session that has no peer yet.
+  ConnType conn_type = ConnType::UCX;
+  std::string rdma_device;           // RDMA device (e.g. "mlx5_0"); empty: HMC_RDMA_DEVICE, else the first
+  int rdma_device_port = 0;          // its port; 0: HMC_RDMA_PORT, else 1
+  int rdma_gid_index = -1;           // RoCE GID index; -1: HMC_RDMA_GID_INDEX, else 0
+  std::size_t num_chs = 1;           // RDMA: RC QPs per peer (both sides must agree)
+  // TESTS ONLY: RDMA over the in-process emulated fabric (also HMC_VERBS_EMULATION=1); no byte
+  // leaves the process. Never chosen unless asked for.
+  bool verbs_emulation = false;
   // The job's shared key (docs/design.md "Security"); empty: HMC_AUTH_KEY, then the per-user key file.
   std::string auth_key;
   bool authenticate = true;  // false: accept unauthenticated peers (explicit opt-out, logged at warn)
@@ -80,20 +91,24 @@ class Session {
   runtime::loop_executor executor() const noexcept;
 
   // Server role (reference names): control listener on ctrl_tcp_port (0: any free port) and its
-  // Unix socket in ctrl_uds_dir. ucx_port is how clients address this session in (ip, port) terms;
-  // the UCX endpoints themselves are set up through the control channel. A non-zero rdma_port is
-  // accepted and logged (info): this build has no verbs transport, so it serves UCX only.
+  // Unix socket in ctrl_uds_dir. ucx_port / rdma_port is how clients address this session in
+  // (ip, port) terms; endpoints and QPs themselves are set up through the control channel. A session
+  // serves one transport: RDMA when it was created with conn_type RDMA or only rdma_port is given
+  // (then rdma_port is its data port), else UCX (a non-zero rdma_port is then logged as ignored).
   void init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                    std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir = {});
   std::uint16_t ctrl_port() const;  // the bound control port
 
   // SDK form (the Python guide): rank 0, listening on ip:ctrl_port, the one public port; clients
   // that connect with the SDK form get ranks 1, 2, ... in the order they connect.
-  void init_server(const std::string& ip, std::uint16_t ctrl_port);
+  // conn RDMA picks the verbs transport for a session with no peer yet (UCX: the session's own).
+  void init_server(const std::string& ip, std::uint16_t ctrl_port, ConnType conn = ConnType::UCX);
   // Stops accepting new peers; connected peers keep working both ways (close() ends everything).
   void close_server();
 
-  // Client role: control connection + UCX endpoint both ways; returns the peer's rank (= peer_id).
+  // Client role: control connection + data connection both ways; returns the peer's rank (= peer_id).
+  // conn RDMA picks the verbs transport for a session with no peer yet (InvalidArgumentError on a
+  // session already serving UCX); conn UCX, the default, keeps the session's transport.
   std::uint32_t connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
                         std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn = ConnType::UCX);
 
@@ -114,7 +129,10 @@ class Session {
   // client that has not connected yet. TimeoutError, or resolve_peer's InvalidArgumentError.
   std::uint32_t wait_peer_at(const std::string& ip, std::optional<std::uint16_t> data_port,
                              std::chrono::milliseconds timeout);
-  // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp").
+  // The transport carrying this session's data (it changes only before the first peer).
+  ConnType conn_type() const noexcept { return conn_type_.load(std::memory_order_relaxed); }
+  // What carries the data to `rank`: UCX transports (e.g. "posix,cma" or "tcp"), or "rc" for RDMA
+  // ("rc-emulated" over the emulated fabric).
   std::string transports(std::uint32_t rank) const;
 
   // Completes when the bytes are visible in the peer's buffer.
@@ -280,6 +298,7 @@ class Session {
   std::unique_ptr<runtime::EventLoop> loop_;  // declared first: destroyed after everything it runs
   std::shared_ptr<detail::SessionImpl> impl_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // RegisteredMemory handles check it
+  std::atomic<ConnType> conn_type_{ConnType::UCX};        // a copy of the loop's, for any thread
 };
 
 }  // namespace hmc
