@@ -156,6 +156,25 @@ TEST_P(VerbsSession, ControlMessagesTakeTheFastPathInOrderAfterTheData) {
   EXPECT_EQ(server->ctrl_recv(1, 5s), 7u);
 }
 
+TEST_P(VerbsSession, PutNotifyTagsArriveAfterTheirBytes) {
+  // Eight put_notify in flight at a time, each to its own region; every tag finds its bytes.
+  constexpr std::size_t kRegion = 64u << 10;
+  for (std::uint64_t round = 0; round < 25; ++round) {
+    std::vector<std::future<void>> ops;
+    for (std::uint64_t k = 0; k < 8; ++k) {
+      fill(client->buffer(), k * kRegion, kRegion, round * 8 + k);
+      ops.push_back(client->async_put_notify(0, k * kRegion, k * kRegion, kRegion,
+                                             CtrlMessage::from_tag(round * 8 + k), runtime::asio::use_future));
+    }
+    for (std::uint64_t k = 0; k < 8; ++k) {
+      const std::uint64_t tag = server->ctrl_recv(1, 5s);
+      EXPECT_EQ(tag, round * 8 + k);
+      EXPECT_TRUE(holds(server->buffer(), (tag % 8) * kRegion, kRegion, tag)) << tag;
+    }
+    for (auto& op : ops) op.get();
+  }
+}
+
 TEST_P(VerbsSession, ManySmallWritesWaitForQueueAndCqRoomInsteadOfOverflowing) {
   // 6000 work requests: more than the send queue (256) and the CQ (4096) hold.
   std::vector<Segment> segs;
@@ -288,6 +307,13 @@ TEST(VerbsChannels, SeveralQpsPerPeerKeepPutSemanticsAndMismatchedCountsRefuse) 
     EXPECT_EQ(server.ctrl_recv(1, 5s), static_cast<std::uint64_t>(round));
     EXPECT_TRUE(holds(server.buffer(), 100000, 30000, 21 + round));
   }
+  // Successive ops take successive QPs: a notify after a put on QP 1 or 2 waits for its flush there.
+  for (std::uint64_t round = 0; round < 30; ++round) {
+    fill(client.buffer(), 0, 30000, 50 + round);
+    client.put_notify(0, 0, 100000, 30000, round);
+    EXPECT_EQ(server.ctrl_recv(1, 5s), round);
+    EXPECT_TRUE(holds(server.buffer(), 100000, 30000, 50 + round)) << round;
+  }
   fill(server.buffer(), 0, 1u << 20, 8);
   client.get_pipeline(0, 0, 0, 1u << 20, 4096, 16);
   EXPECT_TRUE(holds(client.buffer(), 0, 1u << 20, 8));
@@ -381,10 +407,11 @@ TEST_F(VerbsBootstrap, AnRkeyOrRangeTheNicRefusesFailsTheOperationAndDropsThePee
   });
   std::promise<runtime::error_code> done;
   loop.call([&] {
+    static const Segment seg{0, 1u << 20, 64};  // the request borrows it until submit() returns
     detail::OpRequest r;
     r.rank = 1;
     r.kind = detail::OpKind::get;
-    r.segments = {Segment{0, 1u << 20, 64}};
+    r.segments = std::span<const Segment>(&seg, 1);
     a->submit(std::move(r), [&](runtime::error_code ec) { done.set_value(ec); });
   });
   auto ec = done.get_future();

@@ -26,6 +26,7 @@ constexpr std::uint64_t kInternal = std::uint64_t{1} << 63;
 constexpr std::uint64_t kRecv = kInternal | (std::uint64_t{1} << 62);  // | the receive buffer's index
 constexpr std::uint64_t kRetire = kInternal | 1;  // a signal that only frees send-queue slots
 constexpr std::uint64_t kHello = kInternal | 2;   // the zero-length SEND that proves the peer's QP is up
+constexpr std::uint64_t kNotifyFlush = kInternal | (std::uint64_t{1} << 61);  // | a held notify's number
 constexpr std::uint32_t kMaxWrBytes = 1u << 30;   // one work request moves at most this (IB allows 2^31)
 constexpr int kPollBatch = 32;
 constexpr unsigned int kAckBatch = 64;            // CQ events are acknowledged in batches (a mutex in rdma-core)
@@ -470,19 +471,23 @@ PostResult VerbsTransport::post_flush(std::uint32_t rank, Token token) {
   for (Qp& q : p->qps) {
     if (!q.dirty) continue;
     q.dirty = false;
-    // A READ behind the writes on the same QP completes only once the responder placed them.
-    Wr w;
-    w.opcode = IBV_WR_RDMA_READ;
-    w.local = reinterpret_cast<std::uintptr_t>(send_memory_.data() + send_memory_.size() - 8);
-    w.length = p->record.buffer_size != 0 ? 1 : 0;
-    w.lkey = send_mr_->lkey;
-    w.remote = p->remote_base;
-    w.rkey = p->rkey;
-    w.wr_id = token;
-    w.signalled = true;
-    enqueue(*p, q, w);
+    enqueue(*p, q, flush_read(*p, token));
   }
   return {{}, true};
+}
+
+VerbsTransport::Wr VerbsTransport::flush_read(const Peer& p, std::uint64_t wr_id) const {
+  // A READ behind the writes on the same QP completes only once the responder placed them.
+  Wr w;
+  w.opcode = IBV_WR_RDMA_READ;
+  w.local = reinterpret_cast<std::uintptr_t>(send_memory_.data() + send_memory_.size() - 8);
+  w.length = p.record.buffer_size != 0 ? 1 : 0;
+  w.lkey = send_mr_->lkey;
+  w.remote = p.remote_base;
+  w.rkey = p.rkey;
+  w.wr_id = wr_id;
+  w.signalled = true;
+  return w;
 }
 
 PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
@@ -505,6 +510,26 @@ PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std:
     w.wr_id = off == bytes.size() && token != kNoToken ? token : kRetire;
     w.signalled = true;
     enqueue(*p, q, w);
+  }
+  return {{}, token != kNoToken};
+}
+
+PostResult VerbsTransport::post_notify(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
+  Peer* p = live(rank);
+  if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
+  if (bytes.empty() || bytes.size() > options_.max_message) return {make_error_code(Status::INVALID_ARGUMENT), false};
+  // RC executes a QP's requests in order at the responder: the SEND on channel 0 lands after the
+  // WRITEs before it there, and its acknowledgement follows theirs. Other channels need a flush first.
+  p->qps.front().dirty = false;
+  std::size_t dirty = 0;
+  for (const Qp& q : p->qps) dirty += q.dirty ? 1 : 0;
+  if (dirty == 0) return post_message(rank, bytes, token);
+  const std::uint64_t id = kNotifyFlush | (next_notify_id_++ & ((std::uint64_t{1} << 61) - 1));
+  held_notifies_[id] = HeldNotify{rank, bytes, token, dirty, {}};
+  for (Qp& q : p->qps) {
+    if (!q.dirty) continue;
+    q.dirty = false;
+    enqueue(*p, q, flush_read(*p, id));
   }
   return {{}, token != kNoToken};
 }
@@ -567,6 +592,7 @@ void VerbsTransport::drain_backlogs() {
 }
 
 void VerbsTransport::report(std::uint64_t wr_id, error_code ec) {
+  if ((wr_id & kNotifyFlush) == kNotifyFlush && (wr_id & kRecv) != kRecv) return release_notify(wr_id, ec);
   if (!is_engine_token(wr_id)) return;
   if ((wr_id & 1u) != 0) {  // a flush: reported once its READ on every QP is back
     auto it = flushes_.find(wr_id);
@@ -579,6 +605,19 @@ void VerbsTransport::report(std::uint64_t wr_id, error_code ec) {
     return;
   }
   engine_->completed(wr_id, ec);
+}
+
+void VerbsTransport::release_notify(std::uint64_t id, error_code ec) {
+  auto it = held_notifies_.find(id);
+  if (it == held_notifies_.end()) return;
+  HeldNotify& h = it->second;
+  if (ec && !h.error) h.error = ec;
+  if (--h.left != 0) return;
+  const HeldNotify done = h;
+  held_notifies_.erase(it);
+  PostResult r{done.error, false};
+  if (!r.error) r = post_message(done.rank, done.message, done.token);
+  if (r.error && done.token != kNoToken) engine_->completed(done.token, r.error);
 }
 
 void VerbsTransport::peer_error(Peer& p, error_code ec) {

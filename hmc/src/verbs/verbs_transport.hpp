@@ -115,6 +115,7 @@ class VerbsTransport final : public Transport, private OpPoster {
   PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, Token token) override;
   PostResult post_flush(std::uint32_t rank, Token token) override;
   PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) override;
+  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> bytes, Token token) override;
   void kick() override { poller_.kick(); }
 
   std::unique_ptr<Peer> make_peer(std::uint32_t rank);
@@ -126,6 +127,8 @@ class VerbsTransport final : public Transport, private OpPoster {
   void handle(const ibv_wc& wc);
   void handle_recv(Peer& p, Qp& q, const ibv_wc& wc);
   void report(std::uint64_t wr_id, error_code ec);
+  void release_notify(std::uint64_t id, error_code ec);
+  Wr flush_read(const Peer& p, std::uint64_t wr_id) const;
   void peer_error(Peer& p, error_code ec);
   void finish_failures();
   void reap_closing();
@@ -158,6 +161,16 @@ class VerbsTransport final : public Transport, private OpPoster {
   std::list<std::unique_ptr<Peer>> closing_;  // QPs in the error state, waiting for their flushed completions
   std::unordered_map<std::uint32_t, std::pair<Peer*, std::size_t>> qp_owner_;  // qp_num -> (peer, channel)
   std::unordered_map<Token, std::pair<std::size_t, error_code>> flushes_;  // flush token -> QPs left, first error
+  // A notify whose puts went over other channels than 0: its SEND waits for their flush READs.
+  struct HeldNotify {
+    std::uint32_t rank = 0;
+    std::span<const std::byte> message;  // the engine keeps it alive until `token` is reported
+    Token token = kNoToken;
+    std::size_t left = 0;
+    error_code error;
+  };
+  std::unordered_map<std::uint64_t, HeldNotify> held_notifies_;  // by the flush READs' internal id
+  std::uint64_t next_notify_id_ = 0;
   std::size_t cq_used_ = 0;
   std::size_t hellos_ = 0;  // connection probes in flight
   unsigned int unacked_events_ = 0;
