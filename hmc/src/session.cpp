@@ -13,6 +13,8 @@
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
 #include "transport/fast_message.hpp"
+#include "staging/device_copier.hpp"
+#include "staging/staging_transport.hpp"
 #include "transport/transport.hpp"
 #include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_transport.hpp"
@@ -36,7 +38,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::shared_ptr<Memory> buffer_memory() const {
     if (opts.mem_type == MemoryType::CPU || opts.mem_type == MemoryType::DEFAULT)
       return std::make_shared<UcxHostMemory>(ucx_context, opts.device_id);
-    return std::shared_ptr<Memory>(Memory::create(opts.mem_type, opts.device_id));
+    return device_memory(opts.mem_type, opts.device_id);
   }
 
   // The only place that knows which transport carries the data; everything else uses Transport.
@@ -44,7 +46,11 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     UcxOptions uo;
     uo.engine = EngineOptions{opts.timeout, opts.max_inflight};
     uo.max_message = std::size_t{opts.ctrl.max_frame_length} + 1;  // the kind byte
-    transport = std::make_unique<UcxTransport>(loop, ucx_context, *buffer, uo);
+    // Device memory UCX cannot move is staged through host memory (docs/design.md "GPU staging").
+    StagingOptions so{opts.staging_bytes, opts.staging_chunk, opts.timeout, ucx_context->memory_types()};
+    transport = std::make_unique<StagingTransport>(loop, *buffer, so, [&](ConnBuffer& exposed) {
+      return std::make_unique<UcxTransport>(loop, ucx_context, exposed, uo);
+    });
     transport->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
       if (auto self = weak.lock()) self->peer_down(rank);
     };
@@ -507,6 +513,15 @@ std::uint32_t Session::wait_peer_at(const std::string& ip, std::optional<std::ui
         impl->wait_address(ip, data_port, timeout, std::move(h));
       });
   return wait_for(*loop_, std::move(f), timeout + std::chrono::seconds(1), "wait_peer_at " + ip);
+}
+
+std::vector<MemoryType> Session::native_memory_types() const { return impl_->ucx_context->memory_types(); }
+
+bool Session::buffer_staged() const {
+  return loop_->call([&] {
+    const auto* staging = dynamic_cast<const detail::StagingTransport*>(impl_->transport.get());
+    return staging != nullptr && staging->buffer_staged();
+  });
 }
 
 std::string Session::transports(std::uint32_t rank) const {

@@ -56,6 +56,10 @@ struct SessionOptions {
   // or on the side that did not open the connection, see docs/design.md "Failure model").
   // Zero keeps UCX's defaults and UCX_* variables.
   std::chrono::milliseconds ucx_keepalive{10000};
+  // Device memory the transport cannot move (docs/design.md "GPU staging") goes through this much
+  // pinned host memory per device type, in pieces of staging_chunk bytes.
+  std::size_t staging_bytes = std::size_t{8} << 20;
+  std::size_t staging_chunk = std::size_t{1} << 20;
   bool fast_ctrl = true;  // once a peer's UCX endpoint is up, send control messages as UCX active messages
   // The job's shared key (docs/design.md "Security"); empty: HMC_AUTH_KEY, then the per-user key file.
   std::string auth_key;
@@ -114,7 +118,13 @@ class Session {
   // client that has not connected yet. TimeoutError, or resolve_peer's InvalidArgumentError.
   std::uint32_t wait_peer_at(const std::string& ip, std::optional<std::uint16_t> data_port,
                              std::chrono::milliseconds timeout);
-  // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp").
+  // Memory types UCX moves itself (ucp_context_query); device memory of any other type (the
+  // session buffer, registered memory) is staged through pinned host bounce buffers.
+  std::vector<MemoryType> native_memory_types() const;
+  // Whether this session's buffer is device memory staged through a pinned host mirror.
+  bool buffer_staged() const;
+  // UCX transports carrying the data to `rank` (e.g. "posix,cma" or "tcp"; " (staged)" appended
+  // when either side's memory goes through staging).
   std::string transports(std::uint32_t rank) const;
 
   // Completes when the bytes are visible in the peer's buffer.
