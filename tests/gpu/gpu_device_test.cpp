@@ -94,7 +94,7 @@ TEST_P(RealDeviceStagingTest, RegisteredDeviceMemoryOnAHostSession) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Device, RealDeviceStagingTest, ::testing::Values(MemoryType::NVIDIA_GPU, MemoryType::AMD_GPU),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+                         [](const auto& p) { return std::string(to_string(p.param)); });
 
 }  // namespace
 }  // namespace hmc

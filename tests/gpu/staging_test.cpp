@@ -28,7 +28,9 @@ constexpr std::size_t kChunk = 256u << 10;  // 4 bounce slots of 256 KiB: an 8 M
 constexpr std::uint16_t kDataPort = 18631;
 
 bool ucx_moves_cuda() {
-  Session probe(SessionOptions{.buffer_size = 4096});
+  SessionOptions o;
+  o.buffer_size = 4096;
+  Session probe(o);
   const auto types = probe.native_memory_types();
   return std::find(types.begin(), types.end(), MemoryType::NVIDIA_GPU) != types.end();
 }
@@ -183,7 +185,7 @@ TEST_P(StagingTest, APeerLostWhileItStagesFailsThePutWithPeerLost) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, StagingTest, ::testing::Values("shm", "tcp"),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& p) { return std::string(p.param); });
 
 TEST(StagingWire, StageMessagesRoundTripAndGarbageIsRefused) {
   using namespace detail;

@@ -58,6 +58,9 @@ struct StagingTransport::Device {
 // A staged operation: stage-out requests (get from a staged peer), then the move (pieces through
 // bounce slots, or the inner transport directly), then stage-in requests (put to a staged peer).
 struct StagingTransport::Op {
+  // Constructed in place: any_completion_handler's move assignment recurses in Boost 1.81.
+  explicit Op(Completion d) : done(std::move(d)) {}
+
   std::uint64_t id = 0;
   OpRequest request;
   Completion done;
@@ -250,7 +253,7 @@ void StagingTransport::submit(OpRequest request, Completion done) {
   const bool remote_staged = staged_peers_.count(request.rank) != 0;
   if (request.kind == OpKind::message || (!local_staged && !remote_staged))
     return inner_->submit(std::move(request), std::move(done));
-  auto op = std::make_unique<Op>();
+  auto op = std::make_unique<Op>(std::move(done));
   op->id = next_op_++;
   op->remote_staged = remote_staged;
   if (local_staged) {
@@ -265,16 +268,16 @@ void StagingTransport::submit(OpRequest request, Completion done) {
     }
   }
   op->request = std::move(request);
-  op->done = std::move(done);
   op->deadline = std::make_unique<runtime::asio::steady_timer>(loop_.executor());
   op->deadline->expires_after(options_.timeout);
   op->deadline->async_wait([this, life = std::weak_ptr<int>(life_), id = op->id](error_code ec) {
     if (ec || !life.lock()) return;
-    if (Op* o = find_op(id); o != nullptr && !o->finished) finish(*o, make_error_code(Status::TIMEOUT));
+    if (Op* o = find_op(id); o != nullptr && !o->finished) finish(*o, make_error_code(Status::TIMEOUT)), maybe_free(*o);
   });
   Op& ref = *op;
   ops_[ref.id] = std::move(op);
   start(ref);
+  maybe_free(ref);  // a piece that could not start may have ended it already
 }
 
 StagingTransport::Op* StagingTransport::find_op(std::uint64_t id) {
@@ -354,8 +357,11 @@ void StagingTransport::pump(Op& op) {
       });
     };
     if (is_put) {  // device -> slot, then RMA from the slot
-      if (error_code ec = start_copy(d, DeviceCopier::Direction::to_host, host_at, device_at, n, rma))
-        piece_done(op, *slot, ec);
+      if (error_code ec = start_copy(d, DeviceCopier::Direction::to_host, host_at, device_at, n, rma)) {
+        pool.release(*slot);  // not piece_done: the caller frees the record once we returned
+        --op.active;
+        return finish(op, ec);
+      }
     } else {
       rma({});
     }
@@ -385,7 +391,9 @@ void StagingTransport::wake_waiters(Device& d) {
     op->queued = false;
     if (op->finished) continue;
     pump(*op);
-    if (op->queued) return;  // it took what was free and waits again
+    const bool queued_again = op->queued;  // it took what was free and waits again
+    maybe_free(*op);
+    if (queued_again) return;
   }
 }
 
