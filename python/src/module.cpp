@@ -557,7 +557,7 @@ PYBIND11_MODULE(_hmc, m) {
       .def("native_memory_types",
            [](Core& c) {
              std::vector<int> out;
-             for (MemoryType t : c.use()->native_memory_types()) out.push_back(static_cast<int>(t));
+             for (hmc::MemoryType t : c.use()->native_memory_types()) out.push_back(static_cast<int>(t));
              return out;
            })
       .def("buffer_staged", [](Core& c) { return c.use()->buffer_staged(); })
