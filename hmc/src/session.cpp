@@ -14,6 +14,8 @@
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
 #include "transport/fast_message.hpp"
+#include "staging/device_copier.hpp"
+#include "staging/staging_transport.hpp"
 #include "transport/transport.hpp"
 #include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_transport.hpp"
@@ -39,7 +41,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::shared_ptr<Memory> buffer_memory() const {
     if (opts.mem_type == MemoryType::CPU || opts.mem_type == MemoryType::DEFAULT)
       return std::make_shared<UcxHostMemory>(ucx_context, opts.device_id);
-    return std::shared_ptr<Memory>(Memory::create(opts.mem_type, opts.device_id));
+    return device_memory(opts.mem_type, opts.device_id);
   }
 
   // The only place that knows which transport carries the data; everything else uses Transport.
@@ -56,12 +58,24 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       vo.port = opts.rdma_device_port;
       vo.gid_index = opts.rdma_gid_index;
       vo.num_chs = opts.num_chs;
-      return std::make_unique<VerbsTransport>(loop, verbs_api(), *buffer, vo);
+      return std::make_unique<StagingTransport>(loop, *buffer, staging_options(type), [&](ConnBuffer& exposed) {
+        return std::make_unique<VerbsTransport>(loop, verbs_api(), exposed, vo);
+      });
     }
     UcxOptions uo;
     uo.engine = engine;
     uo.max_message = max_message;
-    return std::make_unique<UcxTransport>(loop, ucx_context, *buffer, uo);
+    // Device memory UCX cannot move is staged through host memory (docs/design.md "GPU staging").
+    return std::make_unique<StagingTransport>(loop, *buffer, staging_options(type), [&](ConnBuffer& exposed) {
+      return std::make_unique<UcxTransport>(loop, ucx_context, exposed, uo);
+    });
+  }
+
+  // Verbs moves host memory only (no GPUDirect yet): device memory is staged over it too.
+  StagingOptions staging_options(ConnType type) const {
+    std::vector<MemoryType> native = type == ConnType::RDMA ? std::vector<MemoryType>{MemoryType::CPU}
+                                                            : ucx_context->memory_types();
+    return StagingOptions{opts.staging_bytes, opts.staging_chunk, opts.timeout, std::move(native)};
   }
 
   // rdma-core, unless the tests asked for the emulated fabric explicitly.
@@ -557,6 +571,17 @@ std::uint32_t Session::wait_peer_at(const std::string& ip, std::optional<std::ui
         impl->wait_address(ip, data_port, timeout, std::move(h));
       });
   return wait_for(*loop_, std::move(f), timeout + std::chrono::seconds(1), "wait_peer_at " + ip);
+}
+
+std::vector<MemoryType> Session::native_memory_types() const {
+  return loop_->call([&] { return impl_->staging_options(impl_->conn).native; });
+}
+
+bool Session::buffer_staged() const {
+  return loop_->call([&] {
+    const auto* staging = dynamic_cast<const detail::StagingTransport*>(impl_->transport.get());
+    return staging != nullptr && staging->buffer_staged();
+  });
 }
 
 std::string Session::transports(std::uint32_t rank) const {

@@ -59,14 +59,37 @@ class ReferenceSession:
         self.buf.copy_within(dst_offset, src_offset, nbytes)
 
     def put_torch_cuda(self, ip, tensor, bias=0, conn=ConnType.UCX, size=None, timeout=None):
-        """put() of a CUDA tensor (device -> buffer -> peer); UnsupportedError without CUDA."""
+        """Puts a CUDA tensor to the peer's offset `bias`; UnsupportedError without CUDA. Where UCX
+        cannot move CUDA memory the tensor goes to the wire through pinned bounce buffers in a
+        pipeline (docs/design.md "GPU staging") and the local buffer is not used; else device ->
+        buffer at `bias` -> peer."""
         _payload.cuda_device(tensor, "put_torch_cuda")
-        return self.put(ip, tensor, bias, conn, size, timeout)
+        if not self._staged_tensor(tensor):
+            return self.put(ip, tensor, bias, conn, size, timeout)
+        rank = self._rank(ip)  # before registering: an async session may first await its client
+        reg = self.register(tensor.contiguous())
+        try:
+            return self.put(rank, reg, bias, conn, size, timeout)
+        finally:
+            reg.release()  # the operation in flight keeps the registration until it is done
 
     def get_torch_cuda(self, ip, tensor, bias=0, conn=ConnType.UCX, size=None, timeout=None):
-        """get_into() a CUDA tensor (peer -> buffer -> device); UnsupportedError without CUDA."""
+        """get_into() a CUDA tensor from the peer's offset `bias`, staged like put_torch_cuda."""
         _payload.cuda_device(tensor, "get_torch_cuda")
-        return self.get_into(ip, tensor, bias, conn, size, timeout)
+        if not self._staged_tensor(tensor):
+            return self.get_into(ip, tensor, bias, conn, size, timeout)
+        if not tensor.is_contiguous():
+            raise InvalidArgumentError("get_torch_cuda: the CUDA tensor must be contiguous")
+        rank = self._rank(ip)
+        reg = self.register(tensor)
+        try:
+            return self.get_into(rank, reg, bias, conn, size, timeout)
+        finally:
+            reg.release()
+
+    def _staged_tensor(self, tensor):
+        """Whether UCX lacks the tensor's memory type, so that HMC stages it through host memory."""
+        return memory_type_from_torch_tensor(tensor) not in self.native_memory_types
 
     def buffer_put_then_put(self, ip, port, data, *, local_off=0, remote_off=0, conn=ConnType.UCX, nbytes=None,
                             device=None, timeout=None):

@@ -12,7 +12,7 @@ from . import _args, _payload
 from ._enums import ConnType, MemoryType
 from ._errors import InvalidArgumentError, NotConnectedError, TimeoutError
 from ._hmc import Core, memory_available
-from ._reference import ReferenceBuffer, ReferenceSession
+from ._reference import ReferenceBuffer, ReferenceSession, memory_type_from_torch_tensor
 from .future import Future
 
 DEFAULT_BUFFER_SIZE = 128 << 20
@@ -224,6 +224,17 @@ class Session(ReferenceSession):
     def peers(self):
         return self._core.peers()
 
+    @property
+    def native_memory_types(self):
+        """Memory types UCX moves itself (CPU only with Debian's UCX); other device memory is
+        staged through pinned host bounce buffers."""
+        return [MemoryType(t) for t in self._core.native_memory_types()]
+
+    @property
+    def buffer_staged(self):
+        """Whether this session's buffer is device memory staged through a pinned host mirror."""
+        return self._core.buffer_staged()
+
     def transports(self, peer):
         return self._core.transports(self._rank(peer, wait=False))
 
@@ -350,9 +361,11 @@ class Session(ReferenceSession):
     def register(self, obj):
         """Registers an array/tensor/buffer for zero-copy put()/get_into()."""
         dev = _payload.device_of(obj)
-        if dev is not None:
+        if dev is not None:  # device memory UCX cannot move is staged (docs/design.md "GPU staging")
+            if not obj.is_contiguous():
+                raise InvalidArgumentError("obj: the CUDA tensor must be contiguous")
             n = _payload.nbytes(obj)
-            reg = self._core.register(obj, int(MemoryType.NVIDIA_GPU), obj.data_ptr(), n)
+            reg = self._core.register(obj, int(memory_type_from_torch_tensor(obj)), obj.data_ptr(), n)
         else:
             view = _payload.destination(obj, "obj") if _payload.writable(obj) else _payload.source(obj, "obj")
             n = _payload.nbytes(view)

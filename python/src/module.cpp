@@ -574,6 +574,13 @@ PYBIND11_MODULE(_hmc, m) {
                  [&](Session& s) { return s.wait_peer_at(ip, port, to_ms(timeout, s.options().timeout, "timeout")); });
            })
       .def("transports", [](Core& c, std::uint32_t rank) { return c.use()->transports(rank); })
+      .def("native_memory_types",
+           [](Core& c) {
+             std::vector<int> out;
+             for (hmc::MemoryType t : c.use()->native_memory_types()) out.push_back(static_cast<int>(t));
+             return out;
+           })
+      .def("buffer_staged", [](Core& c) { return c.use()->buffer_staged(); })
       .def("buffer_size", [](Core& c) { return c.use()->buffer().size(); })
       .def("buffer_ptr", [](Core& c) { return reinterpret_cast<std::uintptr_t>(c.use()->buffer().data()); })
       .def("buffer_mem_type", [](Core& c) { return static_cast<int>(c.use()->buffer().type()); })

@@ -1,5 +1,6 @@
 // libFuzzer target: what a peer sends the data plane: its UCX peer info (the bootstrap message
-// over the control channel) and the control fast path's header and message (UCX active messages).
+// over the control channel), the control fast path's header and message (UCX active messages) and
+// GPU staging's stage requests and answers (also on the fast path).
 // Input: byte 0 picks the decoder, byte 1 the fast path's payload limit; the rest is the message.
 // Checks: no crash or sanitizer report, and whatever decodes re-encodes to exactly its bytes (a
 // decoder that accepted trailing or malformed bytes, or read past a field, would differ).
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <span>
 
+#include "staging/staging_wire.hpp"
 #include "transport/fast_message.hpp"
 #include "ucx/ucx_peer_info.hpp"
 
@@ -23,7 +25,7 @@ void same_bytes(std::span<const std::byte> a, std::span<const std::byte> b) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2) return 0;
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data + 2), size - 2);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: {
       hmc::detail::UcxPeerInfo info;
       if (hmc::detail::UcxPeerInfo::decode(bytes, info).empty()) same_bytes(info.encode(), bytes);
@@ -31,6 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     case 1:
       if (auto token = hmc::detail::parse_fast_header(bytes)) same_bytes(hmc::detail::encode_fast_header(*token), bytes);
+      break;
+    case 2:
+      if (auto m = hmc::detail::decode_stage_message(bytes)) same_bytes(hmc::detail::encode_stage_message(*m), bytes);
       break;
     default: {
       static constexpr std::size_t kLimits[] = {0, 8, 4096, 16u << 20};

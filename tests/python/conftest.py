@@ -110,3 +110,10 @@ def shared_client():
     finally:
         s.close()
         server.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Every skip says why, also under -q (the GPU and network cases skip on machines without them)."""
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        terminalreporter.write_line(f"SKIPPED {report.nodeid}: {reason}")

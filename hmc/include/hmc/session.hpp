@@ -68,6 +68,10 @@ struct SessionOptions {
   // TESTS ONLY: RDMA over the in-process emulated fabric (also HMC_VERBS_EMULATION=1); no byte
   // leaves the process. Never chosen unless asked for.
   bool verbs_emulation = false;
+  // Device memory the transport cannot move (docs/design.md "GPU staging") goes through this much
+  // pinned host memory per device type, in pieces of staging_chunk bytes.
+  std::size_t staging_bytes = std::size_t{8} << 20;
+  std::size_t staging_chunk = std::size_t{1} << 20;
   // The job's shared key (docs/design.md "Security"); empty: HMC_AUTH_KEY, then the per-user key file.
   std::string auth_key;
   bool authenticate = true;  // false: accept unauthenticated peers (explicit opt-out, logged at warn)
@@ -131,8 +135,15 @@ class Session {
                              std::chrono::milliseconds timeout);
   // The transport carrying this session's data (it changes only before the first peer).
   ConnType conn_type() const noexcept { return conn_type_.load(std::memory_order_relaxed); }
+  // Memory types the session's transport moves itself (UCX: ucp_context_query; verbs: host memory);
+  // device memory of any other type (the session buffer, registered memory) is staged through
+  // pinned host bounce buffers.
+  std::vector<MemoryType> native_memory_types() const;
+  // Whether this session's buffer is device memory staged through a pinned host mirror.
+  bool buffer_staged() const;
   // What carries the data to `rank`: UCX transports (e.g. "posix,cma" or "tcp"), or "rc" for RDMA
-  // ("rc-emulated" over the emulated fabric).
+  // ("rc-emulated" over the emulated fabric); " (staged)" appended when either side's memory goes
+  // through staging.
   std::string transports(std::uint32_t rank) const;
 
   // Completes when the bytes are visible in the peer's buffer.

@@ -57,6 +57,16 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   return ctx;
 }
 
+std::vector<MemoryType> UcxContext::memory_types() const {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &attr) != UCS_OK) return {MemoryType::CPU};
+  std::vector<MemoryType> out{MemoryType::CPU};
+  if ((attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0) out.push_back(MemoryType::NVIDIA_GPU);
+  if ((attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_ROCM)) != 0) out.push_back(MemoryType::AMD_GPU);
+  return out;
+}
+
 UcxContext::~UcxContext() {
   if (context_ != nullptr) ucp_cleanup(context_);
 }

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "hmc/memory_type.hpp"
 
 namespace hmc::detail {
 
@@ -30,6 +33,9 @@ class UcxContext {
   UcxContext& operator=(const UcxContext&) = delete;
 
   ucp_context_h get() const noexcept { return context_; }
+  // The memory types this UCX moves itself (ucp_context_query): CPU, plus NVIDIA_GPU / AMD_GPU
+  // when UCX was built with CUDA / ROCm support (Debian's is not).
+  std::vector<MemoryType> memory_types() const;
 
  private:
   UcxContext() = default;
