@@ -234,6 +234,28 @@ TEST(CallerDriven, DestroyHandsTheTeardownToTheEndOfTheDriversRun) {
   EXPECT_TRUE(loop_alive_while_first_died);
 }
 
+// A selector watching the wakeup fd while another thread drives (a blocking call in asyncio's
+// executor) must not spin: poll() turned away reads the fd empty, and the driver's leaving makes it
+// readable again for the handlers it may have left.
+TEST(CallerDriven, APollTurnedAwayLeavesTheWakeupFdQuietUntilTheDriverLeaves) {
+  EventLoop loop;
+  const int fd = loop.wakeup_fd();
+  std::atomic<bool> leading{false}, release{false};
+  std::thread driver([&] { loop.run_until([&] { return release.load(); }, in(10s)); });
+  post_to_loop(loop.executor(), [&] { leading = true; });
+  for (int i = 0; i < 1000 && !leading; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(leading.load());
+  post_to_loop(loop.executor(), [] {});  // signals the fd; the driver runs it
+  EXPECT_EQ(loop.poll(), 0u) << "another thread drives";
+  std::this_thread::sleep_for(50ms);  // the driver reaps what the post woke it with
+  EXPECT_FALSE(readable(fd)) << "a selector would spin on it";
+  release = true;
+  post_to_loop(loop.executor(), [] {});  // lets the driver see `release`
+  driver.join();
+  EXPECT_TRUE(readable(fd, 1000ms)) << "the driver left: the selector takes over";
+  loop.poll();
+}
+
 // The keeper: a thread that drives a caller-driven loop whenever no caller does.
 TEST(CallerDrivenKeeper, RunsWhatIsPostedWhileNoCallerDrives) {
   EventLoop loop;
