@@ -27,9 +27,10 @@ def threads():
     return sum(1 for n in names if n != "async")
 
 
-def run(server, tls, body, **extra):
+def run(server, tls, body, progress_thread="caller", **extra):
     async def main():
-        async with hmc.AsyncSession(**session_kwargs(tls, server.uds_dir, **extra)) as c:
+        async with hmc.AsyncSession(**session_kwargs(tls, server.uds_dir, **extra),
+                                    progress_thread=progress_thread) as c:
             assert await asyncio.wait_for(c.connect(0, 1, "127.0.0.1", 18515, server.ctrl_port), BOUND) == 0
             try:
                 await asyncio.wait_for(body(c), BOUND)
@@ -57,10 +58,10 @@ def test_asyncio_put_get_and_tags_thousand_times(server, tls, progress_thread):
     run(server, tls, body, progress_thread=progress_thread)
 
 
-def test_asyncio_default_is_in_thread_and_starts_no_thread(tls):
+def test_in_thread_asyncio_session_starts_no_thread(tls):
     async def main():
         before = threads()
-        async with hmc.AsyncSession(**session_kwargs(tls, "")) as s:
+        async with hmc.AsyncSession(**session_kwargs(tls, ""), progress_thread="caller") as s:
             assert s.progress_thread == "caller"
             in_thread = threads()
             assert in_thread <= before, "an in-thread AsyncSession runs no HMC loop thread"
