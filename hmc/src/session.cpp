@@ -424,6 +424,7 @@ Session::Session(SessionOptions options) {
   lo.mode = options.progress_mode;
   loop_ = std::make_unique<runtime::EventLoop>(lo);
   if (options.progress_thread == ProgressThread::own) loop_->start();
+  if (options.progress_thread == ProgressThread::shared) loop_->start_keeper();
   impl_ = std::make_shared<detail::SessionImpl>(*loop_, std::move(options));
   loop_->call([&] { impl_->start_on_loop(); });
   conn_type_ = impl_->opts.conn_type;
@@ -832,9 +833,16 @@ std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds t
 
 std::size_t Session::progress() { return loop_->dedicated() ? 0 : loop_->poll(); }
 
-int Session::wakeup_fd() {
+bool Session::progress_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
   if (loop_->dedicated())
-    throw InvalidArgumentError("wakeup_fd: this session has its own progress thread (ProgressThread::own)");
+    throw InvalidArgumentError("progress_until: this session has its own progress thread (ProgressThread::own)");
+  forbid_loop_thread(*loop_, "progress_until");
+  return loop_->run_until(done, deadline);
+}
+
+int Session::wakeup_fd() {
+  if (options().progress_thread != ProgressThread::caller)
+    throw InvalidArgumentError("wakeup_fd: only a session without a progress thread has one (ProgressThread::caller)");
   return loop_->wakeup_fd();
 }
 

@@ -5,18 +5,23 @@ completion, `_call` (a blocking core call: connect, init_server, close, ...) run
 executor. Every other line, validation included, is the Session's. Calls check their arguments when
 called, before anything is awaited.
 
-Completions reach the event loop through one eventfd: the C++ loop thread appends finished
-operation ids and signals the fd only when the list goes from empty to non-empty; loop.add_reader
-drains them and settles every waiting asyncio future in one go. The C++ thread never takes the GIL.
-Cancelling a task that awaits an operation is safe: the transfer runs to its end on memory the
-session owns (or keeps alive), and its result is dropped.
+With progress_thread='caller' (the fastest; opt-in for now) the event loop itself drives the
+session: there is no HMC thread. loop.add_reader(wakeup_fd) runs the session's progress() when the loop has work, and every
+submission runs it once; completions found there are returned by progress() and set the asyncio
+futures directly on this thread. Blocking core calls (connect, close, ...) run in the default
+executor and drive the session there meanwhile; what they complete reaches the loop through the
+completion fd. With progress_thread='own' the session's own C++ loop thread completes operations
+and appends their ids to that completion queue (the fd is signalled only when no signal is
+pending); loop.add_reader drains it and settles every waiting future in one go. The C++ code never
+takes the GIL. Cancelling a task that awaits an operation is safe: the transfer runs to its end on
+memory the session owns (or keeps alive), and its result is dropped.
 """
 import asyncio
 import collections
 import functools
 
 from . import _args
-from ._errors import CancelledError as HMCCancelled, HMCError, InvalidArgumentError, NotConnectedError, TimeoutError
+from ._errors import CancelledError as HMCCancelled, ClosedError, HMCError, InvalidArgumentError, NotConnectedError, TimeoutError
 from .future import Future
 from .session import Session
 
@@ -25,10 +30,13 @@ class AsyncSession(Session):
     """Takes the same arguments as hmc.create_session; use `async with`."""
 
     _notify = True  # operations started here are drained by the event loop
+    # "caller" (in-thread) measures fastest, but stays opt-in for now: see Session._default_progress_thread.
+    _default_progress_thread = "own"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._loop = None
+        self._wakeup = None  # the session's wakeup fd while the loop watches it (progress_thread='caller')
         self._pending = {}  # op id -> (asyncio future, op)
         self._unclaimed = collections.defaultdict(collections.deque)  # peer -> messages of cancelled recvs
         self._orphans = collections.defaultdict(list)  # peer -> internal futures of cancelled recvs
@@ -70,6 +78,9 @@ class AsyncSession(Session):
         if self._loop is None:
             self._loop = loop
             loop.add_reader(self._core.completion_fd(), self._drain)
+            if self.progress_thread == "caller":
+                self._wakeup = self._core.wakeup_fd()
+                loop.add_reader(self._wakeup, self._progress)
         elif loop is not self._loop:
             raise InvalidArgumentError("this AsyncSession is bound to another event loop")
         return loop
@@ -78,10 +89,22 @@ class AsyncSession(Session):
         for op_id in self._core.drain():
             self._settle_one(self._pending.pop(op_id, None))
 
+    def _progress(self):
+        try:
+            done = self._core.progress()
+        except ClosedError:
+            return  # close() is under way: it settles what is pending
+        for op_id in done:
+            self._settle_one(self._pending.pop(op_id, None))
+
     def _track(self, op):
         fut = self._attach().create_future()
         self._pending[op.id] = (fut, op)
-        if op.done():  # completed before we registered it: its id may already have been drained
+        if self._wakeup is not None:
+            self._progress()  # a submission runs progress once: the op is issued (or done) now
+            if op.done():  # completed before we registered it (another thread drove): settle now
+                self._settle_early(op.id)
+        elif op.done():  # completed before we registered it: its id may already have been drained
             self._loop.call_soon(self._settle_early, op.id)
         return fut
 
@@ -109,7 +132,11 @@ class AsyncSession(Session):
     async def close(self):
         if self._loop is not None and not self._loop.is_closed():
             self._loop.remove_reader(self._core.completion_fd())
+            if self._wakeup is not None:
+                self._loop.remove_reader(self._wakeup)
+        self._wakeup = None  # progress() would raise ClosedError from now on
         await self._blocking(self._core.close)
+        self._drain()  # operations the close failed: their awaiters see the error (ClosedError)
         for fut, _ in self._pending.values():
             if not fut.done():
                 fut.cancel()

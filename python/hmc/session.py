@@ -132,9 +132,12 @@ class Session(ReferenceSession):
     """One registered buffer, a control channel and UCX endpoints to peers (see create_session)."""
 
     _notify = False  # blocking operations are waited for, not announced to an event loop
+    # "shared" measures fastest, but stays opt-in until a reply sent right before close() can no
+    # longer be lost to the peer (docs/design.md "Python package", "Who drives the session").
+    _default_progress_thread = "own"
 
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
-                 local_ip=None, *, progress_mode="adaptive", ucx_tls=None, ucx_net_devices=None, timeout=30.0,
+                 local_ip=None, *, progress_mode="adaptive", progress_thread=None, ucx_tls=None, ucx_net_devices=None, timeout=30.0,
                  ctrl_uds_dir=None, auth_key=None, authenticate=True, heartbeat_interval=None,
                  heartbeat_misses=None, tls_cert=None, tls_key=None, tls_ca=None):
         device_id = _args.integer(device_id, "device_id", 0, (1 << 31) - 1)
@@ -145,8 +148,15 @@ class Session(ReferenceSession):
         if progress_mode not in ("adaptive", "event", "poll", "hybrid"):
             raise InvalidArgumentError(
                 f"progress_mode must be 'adaptive', 'event', 'poll' or 'hybrid', not {progress_mode!r}")
+        if progress_thread is None:
+            progress_thread = self._default_progress_thread
+        if progress_thread not in ("shared", "caller", "own"):
+            raise InvalidArgumentError(
+                f"progress_thread must be 'shared', 'caller' or 'own', not {progress_thread!r}")
+        self.progress_thread = progress_thread
         self.timeout = _args.session_timeout(timeout)
-        self._core = Core(size, int(mem), device_id, local_ip or "", progress_mode, _args.text(ucx_tls, "ucx_tls"),
+        self._core = Core(size, int(mem), device_id, local_ip or "", progress_mode, progress_thread,
+                          _args.text(ucx_tls, "ucx_tls"),
                           _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
                           _args.text(ctrl_uds_dir, "ctrl_uds_dir"), **_security(
                               auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca))
@@ -254,6 +264,18 @@ class Session(ReferenceSession):
         """Ends the session. Calls in flight in other threads finish or fail with ClosedError
         first; safe from a Future callback."""
         return self._call(self._core.close)
+
+    def progress(self):
+        """progress_thread='caller' (or 'shared'): runs what is ready (handlers, one UCX progress) on this thread
+        and returns at once. Blocking calls drive the session while they wait; call this when
+        nothing else does (a passive target over tcp) or from your own event loop on wakeup_fd().
+        Does nothing with progress_thread='own' (or while another thread drives)."""
+        self._core.progress()
+
+    def wakeup_fd(self):
+        """progress_thread='caller': an fd readable while progress() has work (for select/epoll);
+        owned by the session. InvalidArgumentError unless progress_thread='caller'."""
+        return self._core.wakeup_fd()
 
     def __enter__(self):
         return self

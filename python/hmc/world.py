@@ -446,6 +446,8 @@ class AsyncWorld(_Base):
     drained by AsyncSession's own plumbing (a world's core has a Core's completion_fd and drain)."""
 
     _notify = True
+    progress_thread = "own"  # a world's core has its own loop thread: no in-thread progress
+    _wakeup = None
     _finish = AsyncSession._finish
     _settle = AsyncSession._settle
     _track = AsyncSession._track

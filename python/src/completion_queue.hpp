@@ -1,11 +1,13 @@
 #pragma once
 // Operation ids completed on the loop thread, for the asyncio thread to drain. The loop thread
-// never takes the GIL: it appends an id and writes the eventfd only on the empty -> non-empty edge.
+// never takes the GIL: it appends an id and writes the eventfd only when no write is pending. A
+// caller-driven session's progress() collects on the asyncio thread itself: no write at all.
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "hmc/error.hpp"
@@ -27,8 +29,10 @@ class CompletionQueue {
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      wake = ids_.empty();
       ids_.push_back(id);
+      // The collecting thread drains right after its progress(): the fd would only wake itself.
+      wake = !signalled_ && std::this_thread::get_id() != collector_;
+      signalled_ = signalled_ || wake;
     }
     if (wake) {
       const std::uint64_t one = 1;
@@ -36,12 +40,25 @@ class CompletionQueue {
     }
   }
 
-  // Reset the fd before taking the list: a push racing with us is either in this batch or re-signals.
-  std::vector<std::uint64_t> drain() {
-    std::uint64_t count = 0;
-    [[maybe_unused]] const ssize_t n = ::read(efd_, &count, sizeof count);
+  // Pushes made on this thread until stop_collecting() leave the fd alone: the caller drains next.
+  void collect_here() {
     std::lock_guard<std::mutex> lock(mutex_);
+    collector_ = std::this_thread::get_id();
+  }
+  void stop_collecting() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    collector_ = std::thread::id{};
+  }
+
+  // Resets the fd (only when it was written) together with taking the list: a push after us re-signals.
+  std::vector<std::uint64_t> drain() {
     std::vector<std::uint64_t> out;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (signalled_) {
+      std::uint64_t count = 0;
+      [[maybe_unused]] const ssize_t n = ::read(efd_, &count, sizeof count);
+      signalled_ = false;
+    }
     out.swap(ids_);
     return out;
   }
@@ -50,6 +67,8 @@ class CompletionQueue {
   int efd_;
   std::mutex mutex_;
   std::vector<std::uint64_t> ids_;
+  bool signalled_ = false;          // the fd holds a count not yet read
+  std::thread::id collector_;       // the thread inside Core::progress(), if any
 };
 
 }  // namespace hmc::python

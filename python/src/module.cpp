@@ -67,13 +67,27 @@ class Graveyard {
   std::vector<Entry> entries_;
 };
 
+// What a Core shares with the registrations and operations that may outlive its calls.
+struct Life {
+  CallGate gate;
+  std::mutex mutex;
+  bool session_gone = false;
+  std::vector<RegisteredMemory> orphans;  // released while closing: dropped after the Session
+  Session* session = nullptr;             // valid inside gate.enter() / leave()
+  bool caller_driven = false;             // ProgressThread::caller or shared: waits drive the loop
+};
+
 // One operation as Python sees it. `keep` (Python objects) and `pin` (a registration) stay alive
 // until the transfer is done, even when the Op is dropped first.
 class Op {
  public:
   Op(std::shared_ptr<OpState> state, std::shared_ptr<Graveyard> graveyard, py::object keep,
-     std::shared_ptr<void> pin)
-      : state_(std::move(state)), graveyard_(std::move(graveyard)), keep_(std::move(keep)), pin_(std::move(pin)) {}
+     std::shared_ptr<void> pin, std::shared_ptr<Life> life)
+      : state_(std::move(state)),
+        graveyard_(std::move(graveyard)),
+        keep_(std::move(keep)),
+        pin_(std::move(pin)),
+        life_(std::move(life)) {}
   Op(Op&&) = default;
   Op& operator=(Op&&) = delete;
   Op(const Op&) = delete;
@@ -85,12 +99,19 @@ class Op {
 
   std::uint64_t id() const { return state_->id(); }
   bool done() const { return state_->done(); }
-  // timeout None: without limit.
+  // timeout None: without limit. A caller-driven session is driven by this thread meanwhile
+  // (one driver at a time: a second waiting thread sleeps until its operation is done).
   bool wait(Seconds timeout) {
-    const std::optional<std::chrono::milliseconds> t =
-        timeout ? std::optional(to_ms(*timeout, "timeout")) : std::nullopt;
+    const std::chrono::milliseconds limit = timeout ? to_ms(*timeout, "timeout") : kForever;
     py::gil_scoped_release release;
-    return state_->wait(t);
+    if (life_->caller_driven && !state_->done() && life_->gate.enter()) {
+      struct Leave {
+        CallGate& gate;
+        ~Leave() { gate.leave(); }
+      } leave{life_->gate};
+      return life_->session->progress_until([st = state_.get()] { return st->done(); }, runtime::deadline_after(limit));
+    }
+    return state_->wait(timeout ? std::optional(limit) : std::nullopt);  // own thread; or closing, which drives the loop and fails the operation
   }
   // None, an int (tag), or bytes; raises the operation's error.
   py::object result() const {
@@ -113,15 +134,8 @@ class Op {
   std::shared_ptr<Graveyard> graveyard_;
   py::object keep_;
   std::shared_ptr<void> pin_;
+  std::shared_ptr<Life> life_;
   std::function<void()> cancel_;
-};
-
-// What a Core shares with the registrations that may outlive its calls.
-struct Life {
-  CallGate gate;
-  std::mutex mutex;
-  bool session_gone = false;
-  std::vector<RegisteredMemory> orphans;  // released while closing: dropped after the Session
 };
 
 // User memory registered for zero-copy transfers. Operations using it hold this too, so the
@@ -189,7 +203,7 @@ class Use {
 class Core {
  public:
   Core(std::size_t buffer_size, int mem_type, int device_id, std::string local_ip, const std::string& progress_mode,
-       std::string ucx_tls, std::string ucx_net_devices, double timeout_s, std::string uds_dir,
+       const std::string& progress_thread, std::string ucx_tls, std::string ucx_net_devices, double timeout_s, std::string uds_dir,
        std::optional<std::string> auth_key, bool authenticate, std::optional<double> heartbeat_interval_s,
        std::optional<std::uint32_t> heartbeat_misses, std::optional<std::string> tls_cert,
        std::optional<std::string> tls_key, std::optional<std::string> tls_ca) {
@@ -201,6 +215,15 @@ class Core {
     const auto mode = runtime::parse_progress_mode(progress_mode);
     if (!mode) throw InvalidArgumentError("progress_mode must be 'adaptive', 'event', 'poll' or 'hybrid'");
     o.progress_mode = *mode;
+    if (progress_thread == "own") {
+      o.progress_thread = ProgressThread::own;
+    } else if (progress_thread == "caller") {
+      o.progress_thread = ProgressThread::caller;
+    } else if (progress_thread == "shared") {
+      o.progress_thread = ProgressThread::shared;
+    } else {
+      throw InvalidArgumentError("progress_thread must be 'shared', 'caller' or 'own'");
+    }
     o.ucx_tls = std::move(ucx_tls);
     o.ucx_net_devices = std::move(ucx_net_devices);
     // Every operation carries this deadline: it must be finite.
@@ -222,6 +245,8 @@ class Core {
     if (tls_ca) o.ctrl.tls_ca = std::move(*tls_ca);
     py::gil_scoped_release release;
     session_ = std::make_unique<Session>(std::move(o));
+    life_->session = session_.get();
+    life_->caller_driven = session_->options().progress_thread != ProgressThread::own;
   }
   ~Core() { close(); }
   Core(const Core&) = delete;
@@ -234,6 +259,25 @@ class Core {
   }
 
   int completion_fd() const { return queue_->fd(); }
+
+  // ProgressThread::caller: readable while progress() has work.
+  int wakeup_fd() { return use()->wakeup_fd(); }
+
+  // Runs the ready handlers and progresses UCX once (never blocks, so the GIL stays held), then
+  // returns the ids of notify=True operations completed meanwhile, like drain(): the completions
+  // found on this thread are collected here, without the completion fd.
+  std::vector<std::uint64_t> progress() {
+    {
+      Use s = use();
+      queue_->collect_here();
+      struct Stop {
+        CompletionQueue& q;
+        ~Stop() { q.stop_collecting(); }
+      } stop{*queue_};
+      s->progress();
+    }
+    return drain();
+  }
 
   // Ids of notify=True operations completed since the last drain; also frees finished keep-alives.
   std::vector<std::uint64_t> drain() {
@@ -250,7 +294,7 @@ class Core {
       start(*s, state);
     }
     graveyard_->collect();
-    return Op(std::move(state), graveyard_, std::move(keep), std::move(pin));
+    return Op(std::move(state), graveyard_, std::move(keep), std::move(pin), life_);
   }
 
   static auto completer(const std::shared_ptr<OpState>& st) {
@@ -360,7 +404,8 @@ class Core {
     // Cancellation slots are not thread-safe: emit on the session's loop, where the receive waits.
     op.set_cancel([life = life_, ex = *ex, signal] {
       if (!life->gate.enter()) return;  // closed: the receive has already failed
-      runtime::asio::post(ex, [signal] { signal->emit(runtime::asio::cancellation_type::terminal); });
+      // post_to_loop: a caller-driven loop's wakeup fd tells its driver (asyncio) of it
+      runtime::post_to_loop(ex, [signal] { signal->emit(runtime::asio::cancellation_type::terminal); });
       life->gate.leave();
     });
     return op;
@@ -527,12 +572,13 @@ PYBIND11_MODULE(_hmc, m) {
       .def("release", &Registered::release);
 
   py::class_<Core>(m, "Core")
-      .def(py::init<std::size_t, int, int, std::string, const std::string&, std::string, std::string, double,
+      .def(py::init<std::size_t, int, int, std::string, const std::string&, const std::string&, std::string,
+                    std::string, double,
                     std::string, std::optional<std::string>, bool, std::optional<double>,
                     std::optional<std::uint32_t>, std::optional<std::string>, std::optional<std::string>,
                     std::optional<std::string>>(),
            py::arg("buffer_size"), py::arg("mem_type"), py::arg("device_id"), py::arg("local_ip"),
-           py::arg("progress_mode"), py::arg("ucx_tls"), py::arg("ucx_net_devices"), py::arg("timeout"),
+           py::arg("progress_mode"), py::arg("progress_thread"), py::arg("ucx_tls"), py::arg("ucx_net_devices"), py::arg("timeout"),
            py::arg("uds_dir"), py::arg("auth_key") = py::none(), py::arg("authenticate") = true,
            py::arg("heartbeat_interval") = py::none(), py::arg("heartbeat_misses") = py::none(),
            py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none())
@@ -600,6 +646,8 @@ PYBIND11_MODULE(_hmc, m) {
       .def("ctrl_send", &Core::ctrl_send)
       .def("ctrl_recv", &Core::ctrl_recv)
       .def("completion_fd", &Core::completion_fd)
+      .def("wakeup_fd", &Core::wakeup_fd)
+      .def("progress", &Core::progress)
       .def("drain", &Core::drain)
       .def("disconnect", [](Core& c, std::uint32_t rank) { c.blocking([&](Session& s) { s.disconnect(rank); }); })
       .def("close", &Core::close);

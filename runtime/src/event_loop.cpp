@@ -104,6 +104,8 @@ struct EventLoop::State {
   void stop_io() {
     work.reset();
     io.stop();
+    { std::lock_guard<std::mutex> lock(mutex); }  // a keeper between its check and its wait sees it
+    keeper_cv.notify_all();
   }
 
   bool on_driver_thread() const noexcept { return driver.load() == std::this_thread::get_id(); }
@@ -144,6 +146,7 @@ struct EventLoop::State {
       if (!leading) break;
       waiters.push_back(&self);
       ++waiter_count;  // before done() is checked again in the wait: pairs with wake_done_waiters
+      if (keeper_leading) asio::post(io, [] {});  // wakes the keeper, which steps aside for waiters
       self.cv.wait_until(lock, deadline, [&] { return self.woken || !leading || done(); });
       std::erase(waiters, &self);
       --waiter_count;
@@ -176,6 +179,8 @@ struct EventLoop::State {
     {
       std::lock_guard<std::mutex> lock(mutex);
       leading = false;
+      keeper_leading = false;
+      last_leave = clock::now();
       for (Waiter* w : waiters) w->cv.notify_one();
       loop = std::move(deferred_loop);
       first = std::move(deferred_first);
@@ -195,9 +200,13 @@ struct EventLoop::State {
       }
     } catch (...) {
       leave();  // a handler's exception reaches this caller; the loop stays usable for the next
+      wakeup->signal();
       throw;
     }
     leave();
+    // Handlers this driver left queued (or a poll() it turned away) belong to an outside selector
+    // now: make its wakeup fd readable (no-op without one).
+    wakeup->signal();
     return done();
   }
 
@@ -205,7 +214,12 @@ struct EventLoop::State {
     if (on_driver_thread() || dedicated.load()) return 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (leading || io.stopped()) return 0;
+      if (leading || io.stopped()) {
+        // Readable again only when the driver leaves (run_until signals it): an outside selector
+        // polling on it meanwhile would spin.
+        wakeup->consume();
+        return 0;
+      }
       leading = true;
       driver.store(std::this_thread::get_id());
     }
@@ -239,6 +253,30 @@ struct EventLoop::State {
     if (!lead(not_done, clock::time_point::max())) return;
     io.run();
     leave();
+  }
+
+  // The keeper's body: drives while no caller wants the loop; once callers came, waits until none
+  // has driven for keeper_yield (they keep the loop without a hand-over per call), then drives again.
+  void run_keeper() {
+    const auto yield = options.keeper_yield;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        for (;;) {
+          if (io.stopped()) return;
+          const auto quiet = clock::now() - last_leave;
+          if (!leading && waiter_count.load() == 0 && quiet >= yield) break;
+          // While a caller drives, look less often: it runs everything; a leave wakes nobody.
+          const clock::duration nap = leading ? clock::duration(10 * yield) : quiet >= yield ? yield : yield - quiet;
+          keeper_cv.wait_for(lock, nap);
+        }
+        leading = true;
+        keeper_leading = true;
+        driver.store(std::this_thread::get_id());
+      }
+      while (waiter_count.load() == 0 && io.run_one() != 0) wake_done_waiters();
+      leave();
+    }
   }
 
   int make_wakeup_fd() {
@@ -279,8 +317,11 @@ struct EventLoop::State {
   int epoll_fd = -1;                         // the wakeup fd: reactor_fd + wakeup->efd
   std::vector<std::weak_ptr<detail::PollerDriver>> pollers;  // loop thread only
 
-  std::mutex mutex;  // leading, waiters, deferred_*
+  std::mutex mutex;  // leading, keeper_leading, last_leave, waiters, deferred_*
   bool leading = false;
+  bool keeper_leading = false;               // the driver is the keeper: waiters wake it
+  clock::time_point last_leave{};            // when a driver last left
+  std::condition_variable keeper_cv;         // the keeper waits for quiet callers, or the stop
   std::vector<Waiter*> waiters;
   std::atomic<std::size_t> waiter_count{0};
   std::unique_ptr<EventLoop> deferred_loop;  // handed over by destroy() from a handler
@@ -325,6 +366,12 @@ void EventLoop::start() {
   if (state_->thread.joinable()) return;
   state_->dedicated.store(true);
   state_->thread = std::thread([s = state_] { s->run_dedicated(); });
+}
+
+void EventLoop::start_keeper() {
+  if (state_->thread.joinable()) return;
+  if (state_->dedicated.load()) throw std::logic_error("EventLoop::start_keeper on a loop that has its own thread");
+  state_->thread = std::thread([s = state_] { s->run_keeper(); });
 }
 
 void EventLoop::run() {

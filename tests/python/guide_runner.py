@@ -12,6 +12,7 @@ awaitable is awaited (the guides' code with `await` added, nothing else).
 """
 import ast
 import asyncio
+import functools
 import json
 import re
 import sys
@@ -53,7 +54,10 @@ def main():
     namespace = {"__name__": "__guide__"}
     loop = asyncio.new_event_loop()
     if mode == "asyncio":
-        hmc.create_session = hmc.AsyncSession  # the one line an asyncio user changes
+        # The one line an asyncio user changes. This runner runs the event loop only while a block
+        # runs (it reads stdin in between): an in-thread AsyncSession would make no progress then
+        # (peers could not connect), so it keeps the session's own thread, as such a program must.
+        hmc.create_session = functools.partial(hmc.AsyncSession, progress_thread="own")
     for line in sys.stdin:
         command, _, rest = line.strip().partition(" ")
         if command == "EXIT":

@@ -94,7 +94,9 @@ def test_release_during_a_transfer_keeps_the_memory_until_it_is_done(tls):
             gc.collect()
             src.clear()  # the last transfer is gone: so is the registration
 
-        run_async(server, tls, body)
+        # progress_thread='own': the put must still be in flight at release(); driven in-thread, the
+        # submission's own progress() may finish a shared-memory put before the next line runs.
+        run_async(server, tls, body, progress_thread="own")
     finally:
         server.close()
 

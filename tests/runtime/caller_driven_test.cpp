@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <array>
+#include <mutex>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -230,6 +232,126 @@ TEST(CallerDriven, DestroyHandsTheTeardownToTheEndOfTheDriversRun) {
   l.run_until([&] { return !loop; }, in(5s));
   EXPECT_FALSE(loop);
   EXPECT_TRUE(loop_alive_while_first_died);
+}
+
+// A selector watching the wakeup fd while another thread drives (a blocking call in asyncio's
+// executor) must not spin: poll() turned away reads the fd empty, and the driver's leaving makes it
+// readable again for the handlers it may have left.
+TEST(CallerDriven, APollTurnedAwayLeavesTheWakeupFdQuietUntilTheDriverLeaves) {
+  EventLoop loop;
+  const int fd = loop.wakeup_fd();
+  std::atomic<bool> leading{false}, release{false};
+  std::thread driver([&] { loop.run_until([&] { return release.load(); }, in(10s)); });
+  post_to_loop(loop.executor(), [&] { leading = true; });
+  for (int i = 0; i < 1000 && !leading; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(leading.load());
+  post_to_loop(loop.executor(), [] {});  // signals the fd; the driver runs it
+  EXPECT_EQ(loop.poll(), 0u) << "another thread drives";
+  std::this_thread::sleep_for(50ms);  // the driver reaps what the post woke it with
+  EXPECT_FALSE(readable(fd)) << "a selector would spin on it";
+  release = true;
+  post_to_loop(loop.executor(), [] {});  // lets the driver see `release`
+  driver.join();
+  EXPECT_TRUE(readable(fd, 1000ms)) << "the driver left: the selector takes over";
+  loop.poll();
+}
+
+// The keeper: a thread that drives a caller-driven loop whenever no caller does.
+// Locals the handlers use are declared before the loop: its destruction joins the keeper first.
+TEST(CallerDrivenKeeper, RunsWhatIsPostedWhileNoCallerDrives) {
+  std::promise<std::thread::id> ran_on;
+  auto f = ran_on.get_future();
+  EventLoop loop;
+  loop.start_keeper();
+  EXPECT_FALSE(loop.dedicated()) << "callers may still drive it";
+  asio::post(loop.executor(), [&] { ran_on.set_value(std::this_thread::get_id()); });
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready) << "nobody but the keeper drives it";
+  EXPECT_NE(f.get(), std::this_thread::get_id());
+}
+
+TEST(CallerDrivenKeeper, StepsAsideForAWaitingCallerAndStaysOffWhileItDrives) {
+  const auto me = std::this_thread::get_id();
+  std::mutex m;
+  std::vector<bool> by_me;  // who ran each step of an endless chain of handlers
+  std::atomic<int> mine{0};
+  std::atomic<bool> stop{false};
+  std::function<void()> step;
+  EventLoop loop;
+  loop.start_keeper();
+  step = [&] {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      by_me.push_back(std::this_thread::get_id() == me);
+    }
+    if (std::this_thread::get_id() == me) ++mine;
+    if (!stop) asio::post(loop.executor(), step);
+  };
+  asio::post(loop.executor(), step);
+  // The keeper runs the chain until this caller waits: then the caller drives until it is done.
+  EXPECT_TRUE(loop.run_until([&] { return mine.load() >= 200; }, in(10s)));
+  {
+    std::lock_guard<std::mutex> lock(m);
+    const auto first = std::find(by_me.begin(), by_me.end(), true);
+    ASSERT_NE(first, by_me.end());
+    EXPECT_TRUE(std::all_of(first, by_me.end(), [](bool b) { return b; }))
+        << "no handler ran on the keeper while the caller drove";
+  }
+  // Once the caller is gone the keeper takes the chain back.
+  const auto taken_back = [&] {
+    std::lock_guard<std::mutex> lock(m);
+    return !by_me.back();
+  };
+  for (int i = 0; i < 500 && !taken_back(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(taken_back());
+  stop = true;
+  loop.call([] {});  // the last step has run (on whoever drives) once this returns
+}
+
+TEST(CallerDrivenKeeper, FourCallersAndTheKeeperNeverOverlap) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 500;
+  std::atomic<int> inside{0}, overlaps{0}, ran{0};
+  auto body = [&] {
+    if (inside.fetch_add(1) != 0) ++overlaps;
+    ++ran;
+    inside.fetch_sub(1);
+  };
+  EventLoop loop;
+  loop.start_keeper();
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kThreads; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) {
+        loop.call(body);
+        if (i % 50 == 0) std::this_thread::sleep_for(2ms);  // quiet spells: the keeper comes back
+      }
+    });
+  }
+  for (int i = 0; i < 2000; ++i) asio::post(loop.executor(), body);  // from outside: keeper or callers
+  for (auto& c : callers) c.join();
+  loop.run_until([&] { return ran.load() == kThreads * kPerThread + 2000; }, in(10s));
+  EXPECT_EQ(ran.load(), kThreads * kPerThread + 2000);
+  EXPECT_EQ(overlaps.load(), 0);
+}
+
+TEST(CallerDrivenKeeper, DestroyedByAHandlerTheKeeperRuns) {
+  // A flag, not a promise: the keeper goes on after setting it while this test ends.
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  struct Probe {
+    explicit Probe(std::shared_ptr<std::atomic<bool>> done) : flag(std::move(done)) {}
+    ~Probe() { *flag = true; }
+    std::shared_ptr<std::atomic<bool>> flag;
+  };
+  auto loop = std::make_unique<EventLoop>();
+  EventLoop* l = loop.get();
+  l->start_keeper();
+  auto probe = std::make_shared<Probe>(gone);
+  asio::post(l->executor(), [&loop, probe = std::move(probe)]() mutable {
+    EventLoop::destroy(std::move(loop), std::move(probe));  // the keeper finishes it after this handler
+  });
+  for (int i = 0; i < 1000 && !*gone; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(gone->load());
+  EXPECT_FALSE(loop);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // ProgressThread::caller: a Session without a loop thread, driven by its blocking calls and by
-// progress(); several user threads at once; a session nobody drives; the wakeup fd.
+// progress(); several user threads at once; a session nobody drives; the wakeup fd. And
+// ProgressThread::shared: the same with a keeper thread for the times nobody calls in.
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -237,6 +238,41 @@ TEST_P(CallerThread, TimeoutsHoldForEveryWaitingThread) {
     ASSERT_EQ(f.wait_for(20s), std::future_status::ready) << "a follower hung past its timeout";
     EXPECT_TRUE(f.get());
   }
+}
+
+// ProgressThread::shared: its keeper makes progress while nobody calls in (a passive target over
+// tcp, the control channel's accept), and its blocking calls drive the loop themselves.
+TEST_P(CallerThread, SharedSessionProgressesWhileNobodyCallsItAndItsCallersDrive) {
+  server = std::make_unique<Session>(options(ProgressThread::shared));
+  server->init_server("127.0.0.1", kDataPort, 0, 0, 0, dir);
+  client = std::make_unique<Session>(options(ProgressThread::own));
+  ASSERT_EQ(client->connect(0, 1, "127.0.0.1", kDataPort, server->ctrl_port()), 0u) << "accepted by the keeper";
+  constexpr std::size_t n = 64u << 10;
+  for (std::uint64_t i = 1; i <= 20; ++i) {
+    fill(client->buffer(), 0, n, i);
+    client->put(0, 0, 0, n);  // the server calls nothing meanwhile: over tcp its keeper progresses
+    client->ctrl_send(0, i);
+  }
+  EXPECT_THROW(server->wakeup_fd(), InvalidArgumentError) << "an outside selector is for ProgressThread::caller";
+  for (std::uint64_t i = 1; i <= 20; ++i) ASSERT_EQ(server->ctrl_recv(1, 10s), i);
+  EXPECT_TRUE(holds(server->buffer(), 0, n, 20));
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (std::size_t k = 0; k < 3; ++k) {
+    threads.emplace_back([&, k] {
+      try {
+        for (std::uint64_t i = 0; i < 100; ++i) {
+          fill(server->buffer(), (1u << 20) + k * 4096, 4096, k * 1000 + i);
+          server->put(1, (1u << 20) + k * 4096, (1u << 20) + k * 4096, 4096);
+          if (!holds(client->buffer(), (1u << 20) + k * 4096, 4096, k * 1000 + i)) ++failures;
+        }
+      } catch (const Error&) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST_P(CallerThread, OwnThreadSessionsHaveNoWakeupFdAndProgressIsANoOp) {

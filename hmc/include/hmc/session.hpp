@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -39,6 +40,7 @@ enum class ConnType { RDMA = 0, UCX = 1 };
 enum class ProgressThread {
   own,     // a dedicated loop thread: progress happens whether or not the user calls in
   caller,  // no thread: blocking calls drive the loop while they wait, progress() drives it explicitly
+  shared,  // blocking calls drive the loop while they wait; a keeper thread drives it when none has for 1 ms
 };
 
 struct SessionOptions {
@@ -253,11 +255,16 @@ class Session {
   void ctrl_send(std::uint32_t peer, std::uint64_t tag);
   std::uint64_t ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout);
 
-  // ProgressThread::caller: runs the handlers that are ready and progresses UCX once, never
-  // blocking; returns the handlers run (0 also while another thread drives). No-op with own thread.
+  // ProgressThread::caller (or shared): runs the handlers that are ready and progresses UCX once,
+  // never blocking; returns the handlers run (0 also while another thread drives). No-op with own thread.
   std::size_t progress();
+  // ProgressThread::caller or shared: drives the loop on this thread until done() or the deadline (while
+  // another thread drives, sleeps until done(), the deadline, or it leaves); returns done(). For
+  // waits on operations started with callbacks (the Python layer). InvalidArgumentError with its
+  // own thread or from the loop thread; done() must be safe to call from any thread.
+  bool progress_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
   // ProgressThread::caller: readable while progress() has work (for an outside selector such as
-  // asyncio's); owned by the session. InvalidArgumentError with its own thread.
+  // asyncio's); owned by the session. InvalidArgumentError unless ProgressThread::caller.
   int wakeup_fd();
 
   // Drops one peer (its operations fail with PeerLostError); close() drops all and stops the loop.

@@ -25,12 +25,16 @@ struct EventLoopOptions {
   std::chrono::microseconds adaptive_spin_max{100};
   // while work is in flight, progress at least this often even without a wakeup (UCX can miss one)
   std::chrono::milliseconds safety_interval{2};
+  // start_keeper(): how long callers must have left the loop alone before the keeper drives again
+  std::chrono::microseconds keeper_yield{1000};
 };
 
 // Two ways to run it. Dedicated: start() (or run()) gives the loop a thread that runs it until
 // stop(). Caller-driven: nobody calls start(); threads drive it while they wait (run_until), or
 // explicitly (poll), one at a time: a second waiter sleeps until its condition holds or the driver
 // leaves, then takes over. wakeup_fd() lets an outside event loop (asyncio) know when to poll().
+// A caller-driven loop may also have a keeper (start_keeper()): a thread that drives it whenever
+// no caller has for keeper_yield, and steps aside as soon as a caller waits.
 class EventLoop {
  public:
   using executor_type = asio::io_context::executor_type;
@@ -53,6 +57,8 @@ class EventLoop {
   void start();
   // Runs the loop on the calling thread until stop().
   void run();
+  // Caller-driven loops: starts the keeper thread (once); returns at once. stop() joins it.
+  void start_keeper();
   // Makes run() return and joins the owned thread (unless called on it).
   void stop();
   bool stopped() const noexcept;
