@@ -29,8 +29,9 @@ std::size_t parse_size(const std::string& text) {
 
 std::string Options::usage() {
   return "usage: hmc_bench [--role loopback|server|client] [--host IP] [--port P]\n"
-         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle] [--sizes 8,64K,1M | 8:64M]\n"
-         "                 [--depth N] [--peers N] [--mode adaptive|event|poll|hybrid] [--tls shm|tcp|...]\n"
+         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat]\n"
+         "                 [--sizes 8,64K,1M | 8:64M] [--depth N] [--peers N] [--mode adaptive|event|poll|hybrid]\n"
+         "                 [--progress-thread own|caller] [--tls shm|tcp|...]\n"
          "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n";
 }
 
@@ -62,6 +63,10 @@ Options parse_options(int argc, char** argv) {
       const auto m = runtime::parse_progress_mode(value());
       if (!m) throw std::invalid_argument("--mode must be adaptive, event, poll or hybrid");
       o.mode = *m;
+    } else if (flag == "--progress-thread") {
+      const std::string v = value();
+      if (v != "own" && v != "caller") throw std::invalid_argument("--progress-thread must be own or caller");
+      o.progress_thread = v == "own" ? ProgressThread::own : ProgressThread::caller;
     } else if (flag == "--tls") o.tls = value();
     else if (flag == "--net-devices") o.net_devices = value();
     else if (flag == "--iters") o.iters = std::stol(value());
@@ -79,7 +84,7 @@ Options parse_options(int argc, char** argv) {
   if (o.depth == 0 || o.peers == 0 || o.sizes.empty()) throw std::invalid_argument("--depth, --peers, --sizes must be > 0");
   for (const auto& t : o.tests)
     if (t != "put_bw" && t != "get_bw" && t != "put_lat" && t != "get_lat" && t != "batch" && t != "pipeline" &&
-        t != "idle")
+        t != "idle" && t != "put_sync" && t != "tag_lat" && t != "notify_lat")
       throw std::invalid_argument("unknown test '" + t + "'");
   return o;
 }
