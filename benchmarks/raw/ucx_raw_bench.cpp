@@ -30,7 +30,7 @@ namespace {
 
 constexpr unsigned kAmPing = 1;
 constexpr unsigned kAmPong = 2;
-constexpr std::size_t kBufferSize = 4u << 20;
+constexpr std::size_t kBufferSize = 16u << 20;
 
 [[noreturn]] void die(const char* what, ucs_status_t st = UCS_OK) {
   std::fprintf(stderr, "ucx_raw_bench: %s%s%s\n", what, st == UCS_OK ? "" : ": ", st == UCS_OK ? "" : ucs_status_string(st));
@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
       for (const char* p = argv[++i]; *p != '\0';) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(p, &end, 10);
-        if (end == p || v == 0 || v > kBufferSize) die("--sizes: comma-separated byte counts, 1 .. 4 MiB");
+        if (end == p || v == 0 || v > kBufferSize) die("--sizes: comma-separated byte counts, 1 .. 16 MiB");
         sizes.push_back(v);
         p = *end == ',' ? end + 1 : end;
       }
