@@ -785,6 +785,9 @@ def options(argv=None):
     p.add_argument("--no-ucx", action="store_true", help="no ucx_perftest")
     p.add_argument("--no-raw", action="store_true", help="no ucx_raw_bench")
     p.add_argument("--no-hmcref", action="store_true", help="no side by side with the HMC reference")
+    p.add_argument("--profile", choices=("on", "off"), default=None,
+                   help="system calls / context switches / CPU per small op (profile_ops.py, shm); default: "
+                        "on, off with --quick")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     o = p.parse_args(argv)
     o.sizes = o.sizes or parse_sizes(QUICK_SIZES if o.quick else FULL_SIZES)
@@ -792,6 +795,7 @@ def options(argv=None):
         p.error("--sizes, --depth, --msg-depth and --repeat must be > 0")
     o.iter_scale = o.iter_scale or (QUICK_SCALE if o.quick else 1.0)
     o.repeat = o.repeat or (1 if o.quick else 2)
+    o.profile = (o.profile or ("off" if o.quick else "on")) == "on"
     o.plot = o.plot or (o.out / "benchmarks-quick.png" if o.quick else ROOT / "docs/benchmarks.png")
     # 8 and 64 B always: the targets are at those sizes
     o.api_sizes = sorted({s for s in o.sizes if s in API_SIZES} | {8, 64})
@@ -846,8 +850,23 @@ def main(argv=None):
         if o.save_baseline:
             write_json(base, {"meta": res["meta"], "hmc-cpp": res["hmc-cpp"]})
         all_res.append(res)
+    prof = ""
+    if o.profile:
+        progress("shm: costs per small operation (profile_ops.py: strace -c, perf stat)")
+        cmd = [o.python, str(ROOT / "benchmarks/profile_ops.py"), "--tls", "shm", "--quiet", "--hmc-bench",
+               str(o.hmc_bench), "--json", str(o.out / f"profile-shm{'-quick' if o.quick else ''}.json")]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            prof = proc.stdout.strip() if proc.returncode == 0 else ""
+            if proc.returncode != 0:
+                fail(" ".join(cmd), proc)
+        except subprocess.TimeoutExpired:
+            fail(" ".join(cmd), "timed out")
     progress.done()
     txt, mdt = tables(all_res)
+    if prof:
+        txt += "\n\n" + prof
+        mdt += "\n\n```\n" + prof + "\n```"
     print(txt)
     head = (f"{'Quick run' if o.quick else 'Run'} of {datetime.datetime.now():%Y-%m-%d %H:%M}, "
             f"{os.cpu_count()} cores, UCX {machine().get('ucx', '?')}, mode {o.mode}, depth {o.depth}, "
