@@ -613,14 +613,16 @@ def tables(all_res):
         al = ["---:" if right_from <= i < (right_to or len(h)) else "---" for i in range(len(h))]
         return "\n".join("| " + " | ".join(map(str, r)) + " |" for r in [h, al] + rs)
 
-    ahead, arows = api_table(all_res)
+    ahead, arows, anotes = api_table(all_res)
+    anotes = "".join(f"\n  {n}" for n in anotes)
     rhead, rrows = rtt_table(all_res)
     trows_text = [r[:5] for r in trows]
     details = "\n".join(f"  {r[0]}: {r[1]}: {r[5]}" for r in trows)
-    txt = (text(head, rows, 2) + "\n\nOne operation in flight, p50 us, per API\n" + text(ahead, arows, 2) +
+    txt = (text(head, rows, 2) + "\n\nOne operation in flight, p50 us, per API\n" + text(ahead, arows, 2) + anotes +
            "\n\nRound trips, 8 B, p50 us\n" + text(rhead, rrows, 2) + "\n\nTargets (issue 11)\n" +
            text(thead[:5], trows_text, 3) + "\n" + details)
-    mdt = (md(thead, trows, 3, 5) + "\n\n" + md(ahead, arows, 1) + "\n\n" + md(rhead, rrows, 2) + "\n\n" +
+    mdt = (md(thead, trows, 3, 5) + "\n\n" + md(ahead, arows, 1) + anotes.replace("\n  ", "\n\n* ") + "\n\n" +
+           md(rhead, rrows, 2) + "\n\n" +
            md(head, rows, 2))
     return txt, mdt
 
@@ -652,11 +654,11 @@ def api_table(all_res):
         for size in res["meta"]["api_sizes"]:
             vals = [api_value(res, k, size) for k, _ in cols]
             rows.append([res["meta"]["tls"], human(size)] + [fmt(v, "us") for v in vals])
-        missing = [f"{e['label']}: {w}" for e in (res.get("api") or {}).values() for w in (e["unavailable"] or {}).values()
-                   if w and not e["rows"]]
-        for m in missing:
-            rows.append([res["meta"]["tls"], "-", m] + [""] * (len(cols) - 1))
-    return head, rows
+    notes = sorted({f"{e['label']}: {w}" for res in all_res for e in (res.get("api") or {}).values()
+                    for w in (e["unavailable"] or {}).values() if w and not e["rows"]})
+    if any(res.get("hmcref_skipped") for res in all_res):
+        notes.append(f"HMC reference: skipped ({next(r['hmcref_skipped'] for r in all_res if r.get('hmcref_skipped'))})")
+    return head, rows, notes
 
 
 def rtt_table(all_res):
@@ -789,6 +791,8 @@ def options(argv=None):
                    help="system calls / context switches / CPU per small op (profile_ops.py, shm); default: "
                         "on, off with --quick")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--render-only", action="store_true",
+                   help="measure nothing: tables, summary and plots again from the JSON under --out")
     o = p.parse_args(argv)
     o.sizes = o.sizes or parse_sizes(QUICK_SIZES if o.quick else FULL_SIZES)
     if min(o.sizes) < 1 or o.depth < 1 or o.msg_depth < 1 or (o.repeat is not None and o.repeat < 1):
@@ -801,6 +805,8 @@ def options(argv=None):
     o.api_sizes = sorted({s for s in o.sizes if s in API_SIZES} | {8, 64})
     if not o.no_raw and not o.raw_bench.exists():
         p.error(f"{o.raw_bench} is missing: build it (bash scripts/bench does), or pass --no-raw")
+    if o.render_only:
+        return o
     if not o.hmc_bench.exists():
         p.error(f"{o.hmc_bench} is missing: build it (bash scripts/bench does)")
     if not o.no_ucx and not shutil.which(o.ucx_perftest):
@@ -822,8 +828,52 @@ def machine():
     return info
 
 
+def render(o, all_res, started, load0, prof=""):
+    """Prints the tables and writes summary.md and the plots."""
+    txt, mdt = tables(all_res)
+    if prof:
+        txt += "\n\n" + prof
+        mdt += "\n\n```\n" + prof + "\n```"
+    print(txt)
+    meta = all_res[0]["meta"] if all_res else {}
+    head = (f"{'Quick run' if o.quick else 'Run'} of {meta.get('date', '?')}, {os.cpu_count()} cores, UCX "
+            f"{meta.get('machine', {}).get('ucx', '?')}, mode {o.mode}, depth {o.depth}, sizes "
+            f"{','.join(human(s) for s in o.sizes)}, iteration scale {o.iter_scale:g}, best of {o.repeat}, "
+            f"{time.monotonic() - started:.0f} s, load average {load0:.2f} before / {os.getloadavg()[0]:.2f} after\n\n")
+    summary = o.out / ("summary-quick.md" if o.quick else "summary.md")
+    summary.write_text(head + mdt + "\n")
+    drew = plot(all_res, o.plot)
+    lat_png = o.plot.with_name(o.plot.stem.replace("benchmarks", "benchmarks-latency") + o.plot.suffix)
+    drew_lat = plot_latency(all_res, lat_png)
+    print(f"\nresults: {o.out}/<tls>-{o.mode}{'-quick' if o.quick else ''}.json, raw/, {summary.name}"
+          + (f"; plots: {o.plot}" if drew else "") + (f", {lat_png}" if drew_lat else "") +
+          f"; {time.monotonic() - started:.0f} s")
+
+
+def render_only(o):
+    all_res = []
+    for tls in [t for t in o.tls.split(",") if t]:
+        path = o.out / f"{tls}-{o.mode}{'-quick' if o.quick else ''}.json"
+        with open(path) as f:
+            res = json.load(f)
+        res["targets"] = targets(tls, o.mode, res)
+        all_res.append(res)
+    prof = ""
+    pjson = o.out / f"profile-shm{'-quick' if o.quick else ''}.json"
+    if pjson.exists():
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from profile_ops import render as render_profile
+        with open(pjson) as f:
+            prof = render_profile(json.load(f))
+    m = all_res[0]["meta"] if all_res else {}
+    render(o, all_res, time.monotonic() - m.get("seconds", 0), m.get("load_before", 0), prof)
+    return 0
+
+
 def main(argv=None):
     o = options(argv)
+    if o.render_only:
+        return render_only(o)
     env = dict(os.environ)
     env["PYTHONPATH"] = o.pythonpath + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     progress = Progress(o.quiet)
@@ -863,23 +913,10 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             fail(" ".join(cmd), "timed out")
     progress.done()
-    txt, mdt = tables(all_res)
-    if prof:
-        txt += "\n\n" + prof
-        mdt += "\n\n```\n" + prof + "\n```"
-    print(txt)
-    head = (f"{'Quick run' if o.quick else 'Run'} of {datetime.datetime.now():%Y-%m-%d %H:%M}, "
-            f"{os.cpu_count()} cores, UCX {machine().get('ucx', '?')}, mode {o.mode}, depth {o.depth}, "
-            f"sizes {','.join(human(s) for s in o.sizes)}, iteration scale {o.iter_scale:g}, best of {o.repeat}, "
-            f"{time.monotonic() - started:.0f} s, load average {load0:.2f} before / {os.getloadavg()[0]:.2f} after\n\n")
-    summary = o.out / ("summary-quick.md" if o.quick else "summary.md")
-    summary.write_text(head + mdt + "\n")
-    drew = plot(all_res, o.plot)
-    lat_png = o.plot.with_name(o.plot.stem.replace("benchmarks", "benchmarks-latency") + o.plot.suffix)
-    drew_lat = plot_latency(all_res, lat_png)
-    print(f"\nresults: {o.out}/<tls>-{o.mode}{'-quick' if o.quick else ''}.json, raw/, {summary.name}"
-          + (f"; plots: {o.plot}" if drew else "") + (f", {lat_png}" if drew_lat else "") +
-          f"; {time.monotonic() - started:.0f} s")
+    for res in all_res:  # the whole run's duration, for --render-only
+        res["meta"]["seconds"] = round(time.monotonic() - started)
+        write_json(o.out / f"{res['meta']['tls']}-{o.mode}{'-quick' if o.quick else ''}.json", res)
+    render(o, all_res, started, load0, prof)
     return 0
 
 

@@ -104,6 +104,22 @@ def profile(o):
     return rows
 
 
+def render(data):
+    """The table, from profile()'s JSON."""
+    n = data["n"]
+    lines = [f"Per operation, both processes, {data['tls']}, mode adaptive (runs of {n[0]} and {n[1]} operations, "
+             "the difference):",
+             f"{'case':<45} {'syscalls':>8} {'ctx sw':>7} {'CPU us':>7}  top system calls per op"]
+    for r in data["rows"]:
+        if "syscalls_per_op" not in r:
+            lines.append(f"{r['case']:<45} {r.get('unavailable') or r.get('error', '?')}")
+            continue
+        top = ", ".join(f"{k} {v:.1f}" for k, v in r["top_syscalls"].items())
+        lines.append(f"{r['case']:<45} {r['syscalls_per_op']:>8.1f} {r['context_switches_per_op']:>7.1f} "
+                     f"{r['cpu_us_per_op']:>7.1f}  {top}")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tls", default="shm")
@@ -120,16 +136,7 @@ def main(argv=None):
             print(f"profile_ops.py: {tool} is missing (apt-get install strace linux-perf): no profile")
             return 0
     rows = profile(o)
-    print(f"Per operation, both processes, {o.tls}, mode adaptive (runs of {o.n[0]} and {o.n[1]} operations, "
-          "the difference):")
-    print(f"{'case':<45} {'syscalls':>8} {'ctx sw':>7} {'CPU us':>7}  top system calls per op")
-    for r in rows:
-        if "syscalls_per_op" not in r:
-            print(f"{r['case']:<45} {r.get('unavailable') or r.get('error', '?')}")
-            continue
-        top = ", ".join(f"{k} {v:.1f}" for k, v in r["top_syscalls"].items())
-        print(f"{r['case']:<45} {r['syscalls_per_op']:>8.1f} {r['context_switches_per_op']:>7.1f} "
-              f"{r['cpu_us_per_op']:>7.1f}  {top}")
+    print(render({"tls": o.tls, "n": o.n, "rows": rows}))
     if o.json:
         Path(o.json).parent.mkdir(parents=True, exist_ok=True)
         with open(o.json, "w") as f:
