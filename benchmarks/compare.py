@@ -482,6 +482,7 @@ API_RUNS = (
     ("cpp-block", "C++ blocking (user thread)", "cpp", [], ["put_sync"], False),
     ("cpp-block-caller", "C++ blocking, caller-thread progress", "cpp", ["--progress-thread", "caller"], ["put_sync"],
      True),
+    ("cpp-block-shared", "C++ blocking, shared progress", "cpp", ["--progress-thread", "shared"], ["put_sync"], True),
     ("py-block", "Python blocking", "py", ["--api", "blocking"], ["put_bw"], False),
     ("py-aio", "Python asyncio", "py", ["--depth", "1"], ["put_bw"], False),
     ("py-block-own", "Python blocking, own progress thread", "py",
@@ -731,7 +732,8 @@ def plot_latency(all_res, path):
         return False
     cols = api_columns(all_res)
     style = {"raw": ("black", "-", "s"), "cpp-coro": ("tab:blue", "-", "o"), "cpp-block": ("tab:blue", "--", "v"),
-             "cpp-block-caller": ("tab:cyan", "--", "v"), "py-block": ("tab:orange", "--", "v"),
+             "cpp-block-caller": ("tab:cyan", "--", "v"), "cpp-block-shared": ("tab:purple", "--", "v"),
+             "py-block": ("tab:orange", "--", "v"),
              "py-aio": ("tab:orange", "-", "o"), "py-block-own": ("tab:brown", "--", "v"),
              "py-aio-own": ("tab:brown", "-", "o"), "py-block-caller": ("tab:red", "--", "v"),
              "py-aio-caller": ("tab:red", "-", "o"), "ref": ("tab:green", ":", "D"), "ref-hmc": ("tab:olive", ":", "^")}

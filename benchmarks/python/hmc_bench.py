@@ -3,7 +3,7 @@ hmc.AsyncSession (asyncio) or, with --api blocking, the blocking hmc.Session fro
 that the Python layer's overhead is a number next to the C++ one (docs/benchmarks.md).
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/hmc_bench.py \
-        [--api asyncio|blocking] [--progress-thread default|own|caller] \
+        [--api asyncio|blocking] [--progress-thread default|own|shared|caller] \
         [--tls shm] [--mode event] [--sizes 8,64K,1M | 8:16M] [--depth 16] [--iters N] [--warmup N] \
         [--test put_bw,get_bw,put_lat,get_lat,tag_lat,notify_lat] [--json FILE] [--csv FILE] [--quiet]
 
@@ -64,7 +64,7 @@ def options(argv=None):
     p = argparse.ArgumentParser(description="hmc_bench through hmc.AsyncSession (asyncio)")
     p.add_argument("--role", choices=("loopback", "server", "client"), default="loopback")
     p.add_argument("--api", choices=("asyncio", "blocking"), default="asyncio", help="the client's API")
-    p.add_argument("--progress-thread", choices=("default", "own", "caller"), default="default",
+    p.add_argument("--progress-thread", choices=("default", "own", "shared", "caller"), default="default",
                    help="the client session's progress_thread (where the package has it)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="server control port (server: 0 = any free port)")

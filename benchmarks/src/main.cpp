@@ -84,7 +84,7 @@ std::size_t buffer_for(const Options& o) {
 
 SessionOptions session_options(const Options& o, bool client) {
   SessionOptions s;
-  s.progress_thread = client ? o.progress_thread : ProgressThread::own;
+  if (client && o.progress_thread_name != "default") s.progress_thread = o.progress_thread;
   s.buffer_size = buffer_for(o);
   s.progress_mode = o.mode;
   s.ucx_tls = o.tls;
@@ -183,7 +183,7 @@ double percentile(std::vector<double>& v, double p) {
 // (progress() while it has work, else a short sleep on its wakeup fd).
 template <class T>
 T finish(Session& s, const Options& o, std::future<T> f) {
-  if (o.progress_thread == ProgressThread::caller) {
+  if (session_options(o, true).progress_thread != ProgressThread::own) {  // also when that is the default
     while (f.wait_for(0s) != std::future_status::ready) {
       if (s.progress() > 0) continue;
       pollfd p{s.wakeup_fd(), POLLIN, 0};
@@ -273,8 +273,8 @@ void write_outputs(const Options& o, const std::vector<Result>& rs) {
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     f << "{\"meta\": {\"impl\": \"hmc-cpp\", \"tls\": \"" << (o.tls.empty() ? "default" : o.tls) << "\", \"mode\": \""
-      << mode << "\", \"progress_thread\": \"" << (o.progress_thread == ProgressThread::own ? "own" : "caller")
-      << "\", \"put_notify\": " << (has_put_notify<Session> ? "true" : "false") << ", \"depth\": " << o.depth
+      << mode << "\", \"progress_thread\": \"" << o.progress_thread_name << "\", \"unavailable\": ["
+      << (o.unavailable.empty() ? "" : "\"" + o.unavailable + "\"") << "], \"put_notify\": " << (has_put_notify<Session> ? "true" : "false") << ", \"depth\": " << o.depth
       << ", \"peers\": " << o.peers << "},\n \"results\": [\n";
     for (std::size_t i = 0; i < rs.size(); ++i) {
       const auto& r = rs[i];
@@ -307,8 +307,8 @@ int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std:
     peers.push_back({rank});
   }
   if (!o.quiet)
-    std::printf("hmc_bench: %s progress (%s thread), UCX %s, depth %zu, %zu peer(s)\n",
-                runtime::to_string(o.mode).data(), o.progress_thread == ProgressThread::own ? "own" : "caller's", s.transports(peers.front().rank).c_str(), o.depth, peers.size());
+    std::printf("hmc_bench: %s progress (progress thread: %s), UCX %s, depth %zu, %zu peer(s)\n",
+                runtime::to_string(o.mode).data(), o.progress_thread_name.c_str(), s.transports(peers.front().rank).c_str(), o.depth, peers.size());
   std::vector<Result> results;
   if (!o.quiet)
     std::printf("%-9s %8s %8s %12s %12s %10s %10s %10s %10s %8s\n", "test", "size", "iters", "MB/s", "msg/s",
@@ -383,6 +383,11 @@ int main(int argc, char** argv) {
     if (*e.what() != '\0') std::fprintf(stderr, "hmc_bench: %s\n", e.what());
     std::fputs(Options::usage().c_str(), stderr);
     return 2;
+  }
+  if (!o.unavailable.empty()) {  // measure nothing, say so, and leave a JSON that says it too
+    std::fprintf(stderr, "hmc_bench: %s: not available in this build\n", o.unavailable.c_str());
+    write_outputs(o, {});
+    return 0;
   }
   try {
     if (o.role == "server") return run_server(o);
