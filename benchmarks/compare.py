@@ -658,7 +658,8 @@ def api_table(all_res):
     notes = sorted({f"{e['label']}: {w}" for res in all_res for e in (res.get("api") or {}).values()
                     for w in (e["unavailable"] or {}).values() if w and not e["rows"]})
     if any(res.get("hmcref_skipped") for res in all_res):
-        notes.append(f"HMC reference: skipped ({next(r['hmcref_skipped'] for r in all_res if r.get('hmcref_skipped'))})")
+        why = next(r["hmcref_skipped"] for r in all_res if r.get("hmcref_skipped"))
+        notes.append(f"HMC reference: skipped ({why})")
     return head, rows, notes
 
 
@@ -773,7 +774,7 @@ def options(argv=None):
     p.add_argument("--iter-scale", type=float, default=None, help="times hmc_bench's default iterations")
     p.add_argument("--repeat", type=int, default=None,
                    help="measure each point N times and keep the best (default 2; --quick: 1)")
-    p.add_argument("--idle-seconds", type=float, default=5.0)
+    p.add_argument("--idle-seconds", type=float, default=None, help="default 5 (--quick: 2)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
     p.add_argument("--plot", type=Path, default=None, help="PNG (default docs/benchmarks.png; quick: in --out)")
     p.add_argument("--hmc-bench", type=Path, default=ROOT / "build/benchmarks/hmc_bench")
@@ -801,6 +802,7 @@ def options(argv=None):
         p.error("--sizes, --depth, --msg-depth and --repeat must be > 0")
     o.iter_scale = o.iter_scale or (QUICK_SCALE if o.quick else 1.0)
     o.repeat = o.repeat or (1 if o.quick else 2)
+    o.idle_seconds = o.idle_seconds or (2.0 if o.quick else 5.0)
     o.profile = (o.profile or ("off" if o.quick else "on")) == "on"
     o.plot = o.plot or (o.out / "benchmarks-quick.png" if o.quick else ROOT / "docs/benchmarks.png")
     # 8 and 64 B always: the targets are at those sizes

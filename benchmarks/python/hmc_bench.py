@@ -248,7 +248,8 @@ def write_outputs(o, results, unavailable=()):
     if o.json:
         with open(o.json, "w") as f:
             json.dump({"meta": {"impl": "hmc-python", "api": o.api, "progress_thread": o.progress_thread, "tls": tls,
-                                "mode": o.mode, "depth": o.depth if o.api == "asyncio" else 1, "peers": 1, "unavailable": list(unavailable)},
+                                "mode": o.mode, "depth": o.depth if o.api == "asyncio" else 1, "peers": 1,
+                                "unavailable": list(unavailable)},
                        "results": results}, f, indent=1)
             f.write("\n")
     if o.csv:

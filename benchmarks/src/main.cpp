@@ -308,7 +308,8 @@ int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std:
   }
   if (!o.quiet)
     std::printf("hmc_bench: %s progress (progress thread: %s), UCX %s, depth %zu, %zu peer(s)\n",
-                runtime::to_string(o.mode).data(), o.progress_thread_name.c_str(), s.transports(peers.front().rank).c_str(), o.depth, peers.size());
+                runtime::to_string(o.mode).data(), o.progress_thread_name.c_str(),
+                s.transports(peers.front().rank).c_str(), o.depth, peers.size());
   std::vector<Result> results;
   if (!o.quiet)
     std::printf("%-9s %8s %8s %12s %12s %10s %10s %10s %10s %8s\n", "test", "size", "iters", "MB/s", "msg/s",
