@@ -59,7 +59,7 @@ struct Side {
   ucp_mem_h memh = nullptr;
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
-  std::vector<char> buffer = std::vector<char>(kBufferSize, 1);
+  char* buffer = nullptr;  // kBufferSize bytes allocated by UCX, as HMC's session buffer (shared memory here)
   std::uint64_t remote_base = 0;
   volatile unsigned pings = 0, pongs = 0;
 };
@@ -92,11 +92,18 @@ void setup(Side& s, const std::string& tls, int fd) {
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   if (ucs_status_t st = ucp_worker_create(s.context, &wp, &s.worker); st != UCS_OK) die("ucp_worker_create", st);
+  // Allocated by UCX like HMC's session buffer: its shm transports then write straight into the
+  // peer's mapping, where registered user memory would need a cross-memory-attach syscall.
   ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  mp.address = s.buffer.data();
-  mp.length = s.buffer.size();
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.length = kBufferSize;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
   if (ucs_status_t st = ucp_mem_map(s.context, &mp, &s.memh); st != UCS_OK) die("ucp_mem_map", st);
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+  if (ucs_status_t st = ucp_mem_query(s.memh, &attr); st != UCS_OK) die("ucp_mem_query", st);
+  s.buffer = static_cast<char*>(attr.address);
+  std::memset(s.buffer, 1, kBufferSize);
   for (auto [id, counter] : {std::pair{kAmPing, &s.pings}, std::pair{kAmPong, &s.pongs}}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -112,7 +119,7 @@ void setup(Side& s, const std::string& tls, int fd) {
   void* rkey_buf = nullptr;
   std::size_t rkey_len = 0;
   if (ucs_status_t st = ucp_rkey_pack(s.context, s.memh, &rkey_buf, &rkey_len); st != UCS_OK) die("rkey_pack", st);
-  const auto base = reinterpret_cast<std::uint64_t>(s.buffer.data());
+  const auto base = reinterpret_cast<std::uint64_t>(s.buffer);
   send_blob(fd, address, address_len);
   send_blob(fd, &base, sizeof base);
   send_blob(fd, rkey_buf, rkey_len);
@@ -160,24 +167,24 @@ void wait_all(Side& s, std::vector<ucs_status_ptr_t>& reqs, const char* what) {
 void one(Side& s, const std::string& test, std::size_t size, std::size_t depth, std::vector<ucs_status_ptr_t>& reqs) {
   ucp_request_param_t p{};
   if (test == "put") {
-    wait(s, ucp_put_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "put");
+    wait(s, ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p), "put");
     wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
   } else if (test == "get") {
-    wait(s, ucp_get_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "get");
+    wait(s, ucp_get_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p), "get");
   } else if (test == "notify") {
     const unsigned want = s.pongs + 1;
-    wait(s, ucp_put_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "put");
+    wait(s, ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p), "put");
     wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
     wait(s, send_am(s, kAmPing), "ping");
     while (s.pongs < want) ucp_worker_progress(s.worker);
   } else if (test == "putbw") {
     for (std::size_t i = 0; i < depth; ++i)
-      reqs.push_back(ucp_put_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p));
+      reqs.push_back(ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p));
     reqs.push_back(ucp_ep_flush_nbx(s.ep, &p));
     wait_all(s, reqs, "put window");
   } else {  // getbw
     for (std::size_t i = 0; i < depth; ++i)
-      reqs.push_back(ucp_get_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p));
+      reqs.push_back(ucp_get_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p));
     wait_all(s, reqs, "get window");
   }
 }
