@@ -849,7 +849,8 @@ def render(o, all_res, started, load0, prof=""):
     head = (f"{'Quick run' if o.quick else 'Run'} of {meta.get('date', '?')}, {os.cpu_count()} cores, UCX "
             f"{meta.get('machine', {}).get('ucx', '?')}, mode {o.mode}, depth {o.depth}, sizes "
             f"{','.join(human(s) for s in o.sizes)}, iteration scale {o.iter_scale:g}, best of {o.repeat}, "
-            f"{time.monotonic() - started:.0f} s, load average {load0:.2f} before / {os.getloadavg()[0]:.2f} after\n\n")
+            f"{time.monotonic() - started:.0f} s, load average {load0:.2f} before / "
+            f"{all_res[-1]['meta'].get('load_after', os.getloadavg()[0]) if all_res else 0:.2f} after\n\n")
     summary = o.out / ("summary-quick.md" if o.quick else "summary.md")
     summary.write_text(head + mdt + "\n")
     drew = plot(all_res, o.plot)
