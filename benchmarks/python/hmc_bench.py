@@ -1,9 +1,17 @@
-"""hmc_bench for Python: hmc_bench's put_bw, get_bw, put_lat and get_lat through hmc.AsyncSession
-(asyncio), so that the Python layer's overhead is a number next to the C++ one (docs/benchmarks.md).
+"""hmc_bench for Python: hmc_bench's put_bw, get_bw, put_lat, get_lat, tag_lat and notify_lat through
+hmc.AsyncSession (asyncio) or, with --api blocking, the blocking hmc.Session from this thread, so
+that the Python layer's overhead is a number next to the C++ one (docs/benchmarks.md).
 
     PYTHONPATH=build/python /usr/bin/python3 benchmarks/python/hmc_bench.py \
+        [--api asyncio|blocking] [--progress-thread default|own|shared|caller] \
         [--tls shm] [--mode event] [--sizes 8,64K,1M | 8:16M] [--depth 16] [--iters N] [--warmup N] \
-        [--test put_bw,get_bw,put_lat,get_lat] [--json FILE] [--csv FILE] [--quiet]
+        [--test put_bw,get_bw,put_lat,get_lat,tag_lat,notify_lat] [--json FILE] [--csv FILE] [--quiet]
+
+tag_lat: put, then a control tag, wait for the peer's tag (no data back). notify_lat: the same with
+put_remote(..., notify=tag) (issue 11.4); before that API is merged it prints "not available in
+this build" and is left out. --progress-thread passes progress_thread= to the client's session
+where the package has it (issue 11.1), else prints the same and measures nothing; "default"
+passes nothing. The blocking API runs one operation at a time (its put_bw is at depth 1).
 
 `--role loopback` (default) starts the server side as a subprocess of this script (`--role server`,
 which prints "READY <ctrl_port>") and runs the client; `--role server` / `--role client --port P`
@@ -17,6 +25,7 @@ schema as hmc_bench's with "impl": "hmc-python".
 """
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import subprocess
@@ -26,7 +35,18 @@ import time
 import hmc
 from bench_units import human, parse_sizes
 
-TESTS = ("put_bw", "get_bw", "put_lat", "get_lat")
+TESTS = ("put_bw", "get_bw", "put_lat", "get_lat", "tag_lat", "notify_lat")
+ECHO_TESTS = ("put_lat", "tag_lat", "notify_lat")  # the server answers each round with a tag
+
+
+def has_notify():
+    """put_remote(..., notify=tag) is in this build (issue 11.4)."""
+    return "notify" in inspect.signature(hmc.Session.put_remote).parameters
+
+
+def has_progress_thread():
+    """Session(progress_thread=...) is in this build (issue 11.1)."""
+    return "progress_thread" in inspect.signature(hmc.Session.__init__).parameters
 SERVER_RANK = 100
 DONE = "done"
 
@@ -43,6 +63,9 @@ def parse_tests(text):
 def options(argv=None):
     p = argparse.ArgumentParser(description="hmc_bench through hmc.AsyncSession (asyncio)")
     p.add_argument("--role", choices=("loopback", "server", "client"), default="loopback")
+    p.add_argument("--api", choices=("asyncio", "blocking"), default="asyncio", help="the client's API")
+    p.add_argument("--progress-thread", choices=("default", "own", "shared", "caller"), default="default",
+                   help="the client session's progress_thread (where the package has it)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="server control port (server: 0 = any free port)")
     p.add_argument("--test", type=parse_tests, default=list(TESTS))
@@ -68,16 +91,19 @@ def buffer_for(o):
     return o.buffer or max(max(o.sizes), 1 << 20)
 
 
-def session(o):
-    return hmc.AsyncSession(buffer_size=buffer_for(o), progress_mode=o.mode, ucx_tls=o.tls or None,
-                            ucx_net_devices=o.net_devices, timeout=60.0)
+def session(o, client=False):
+    kw = dict(buffer_size=buffer_for(o), progress_mode=o.mode, ucx_tls=o.tls or None, ucx_net_devices=o.net_devices,
+              timeout=60.0)
+    if client and o.progress_thread != "default":
+        kw["progress_thread"] = o.progress_thread
+    return (hmc.Session if client and o.api == "blocking" else hmc.AsyncSession)(**kw)
 
 
 def iterations(o, test, size):
     """hmc_bench's choice: 512 MiB (bandwidth) or 64 MiB (latency) per measurement, clamped."""
     if o.iters > 0:
         return o.iters
-    latency = test in ("put_lat", "get_lat")
+    latency = test in ("get_lat",) + ECHO_TESTS
     n = ((64 << 20) if latency else (512 << 20)) // size
     return max(100, min(n, 10_000)) if latency else max(64, min(n, 100_000))
 
@@ -95,11 +121,12 @@ async def run_server(o):
                 return
             cpu0 = time.process_time()
             await s.ctrl_send(client, 1)  # ready: the client starts its clock now
-            if spec["test"] == "put_lat":
+            if spec["test"] in ECHO_TESTS:
                 size = spec["size"]
                 for _ in range(spec["iters"]):
                     tag = await s.ctrl_recv(client, timeout=60)
-                    await s.put_remote(client, None, 0, 0, size)
+                    if spec["test"] == "put_lat":
+                        await s.put_remote(client, None, 0, 0, size)
                     await s.ctrl_send(client, tag)
             await s.ctrl_recv(client, timeout=600)  # the client finished
             await s.ctrl_send(client, json.dumps({"cpu_seconds": time.process_time() - cpu0}).encode())
@@ -118,6 +145,19 @@ async def lane(s, peer, test, size, n, lat):
             t0 = clock()
             await s.get_remote(peer, None, 0, 0, size)
             lat.append(clock() - t0)
+    elif test == "tag_lat":
+        for i in range(n):
+            t0 = clock()
+            await s.put_remote(peer, None, 0, 0, size)
+            await s.ctrl_send(peer, i)
+            await s.ctrl_recv(peer, timeout=60)
+            lat.append(clock() - t0)
+    elif test == "notify_lat":
+        for i in range(n):
+            t0 = clock()
+            await s.put_remote(peer, None, 0, 0, size, notify=i)
+            await s.ctrl_recv(peer, timeout=60)
+            lat.append(clock() - t0)
     else:  # put_lat: put, tag, and wait for the peer's tag (its put back has landed by then)
         for i in range(n):
             t0 = clock()
@@ -133,8 +173,53 @@ def percentile(sorted_values, p):
     return sorted_values[int(p * (len(sorted_values) - 1))]
 
 
+def sync_lane(s, peer, test, size, n, lat):
+    """lane() for the blocking API, from this thread."""
+    clock = time.perf_counter
+    for i in range(n):
+        t0 = clock()
+        if test in ("put_bw", "put_lat", "tag_lat"):
+            s.put_remote(peer, None, 0, 0, size)
+        elif test in ("get_bw", "get_lat"):
+            s.get_remote(peer, None, 0, 0, size)
+        else:
+            s.put_remote(peer, None, 0, 0, size, notify=i)
+        if test in ("put_lat", "tag_lat"):
+            s.ctrl_send(peer, i)
+        if test in ECHO_TESTS:
+            s.ctrl_recv(peer, timeout=60)
+        lat.append(clock() - t0)
+
+
+def result(o, test, size, lanes, lat, iters, secs, cpu):
+    all_lat = sorted(x for v in lat for x in v)
+    moved = size * iters * (2 if test == "put_lat" else 1)
+    return {"test": test, "size": size, "depth": lanes, "iters": iters, "seconds": secs,
+            "bw_mbps": moved / secs / 1e6, "msg_rate": iters / secs,
+            "lat_p50_us": percentile(all_lat, 0.50) * 1e6, "lat_p99_us": percentile(all_lat, 0.99) * 1e6,
+            "lat_max_us": (all_lat[-1] if all_lat else 0.0) * 1e6, "cpu_s_per_gb": cpu / (moved / 1e9)}
+
+
+def sync_measure(s, peer, o, test, size):
+    n = iterations(o, test, size)
+    warm = o.warmup if o.warmup > 0 else max(n // 10, 4)
+    s.ctrl_send(peer, json.dumps({"test": test, "size": size, "iters": n + warm, "depth": 1}).encode())
+    s.ctrl_recv(peer, timeout=60)
+    lat = [[]]
+    sync_lane(s, peer, test, size, warm, lat[0])
+    lat[0].clear()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    sync_lane(s, peer, test, size, n, lat[0])
+    secs = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    s.ctrl_send(peer, 0)
+    cpu += json.loads(s.ctrl_recv(peer, timeout=60))["cpu_seconds"]
+    return result(o, test, size, 1, lat, n, secs, cpu)
+
+
 async def measure(s, peer, o, test, size):
-    latency = test in ("put_lat", "get_lat")
+    latency = test in ("get_lat",) + ECHO_TESTS
     lanes = 1 if latency else o.depth
     n = iterations(o, test, size)
     per_lane = max(n // lanes, 1)
@@ -153,58 +238,91 @@ async def measure(s, peer, o, test, size):
     cpu = time.process_time() - cpu0
     await s.ctrl_send(peer, 0)
     cpu += json.loads(await s.ctrl_recv(peer, timeout=60))["cpu_seconds"]
-    all_lat = sorted(x for v in lat for x in v)
-    iters = per_lane * lanes
-    moved = size * iters * (2 if test == "put_lat" else 1)
-    return {"test": test, "size": size, "depth": 1 if latency else o.depth, "iters": iters, "seconds": secs,
-            "bw_mbps": moved / secs / 1e6, "msg_rate": iters / secs,
-            "lat_p50_us": percentile(all_lat, 0.50) * 1e6, "lat_p99_us": percentile(all_lat, 0.99) * 1e6,
-            "lat_max_us": (all_lat[-1] if all_lat else 0.0) * 1e6, "cpu_s_per_gb": cpu / (moved / 1e9)}
+    return result(o, test, size, lanes, lat, per_lane * lanes, secs, cpu)
 
 
-def write_outputs(o, results):
+def write_outputs(o, results, unavailable=()):
     tls = o.tls or "default"
     fields = ("test", "size", "depth", "iters", "seconds", "bw_mbps", "msg_rate", "lat_p50_us", "lat_p99_us",
               "lat_max_us", "cpu_s_per_gb")
     if o.json:
         with open(o.json, "w") as f:
-            json.dump({"meta": {"impl": "hmc-python", "tls": tls, "mode": o.mode, "depth": o.depth, "peers": 1},
+            json.dump({"meta": {"impl": "hmc-python", "api": o.api, "progress_thread": o.progress_thread, "tls": tls,
+                                "mode": o.mode, "depth": o.depth if o.api == "asyncio" else 1, "peers": 1,
+                                "unavailable": list(unavailable)},
                        "results": results}, f, indent=1)
             f.write("\n")
     if o.csv:
         with open(o.csv, "w") as f:
-            f.write("impl,tls,mode," + ",".join(fields) + "\n")
+            f.write("impl,api,tls,mode," + ",".join(fields) + "\n")
             for r in results:
-                f.write(f"hmc-python,{tls},{o.mode}," + ",".join(str(r[k]) for k in fields) + "\n")
+                f.write(f"hmc-python,{o.api},{tls},{o.mode}," + ",".join(str(r[k]) for k in fields) + "\n")
+
+
+def header(o, s, peer):
+    if not o.quiet:
+        print(f"hmc_bench.py: {o.mode} progress, progress thread {o.progress_thread}, UCX {s.transports(peer)}, "
+              f"depth {o.depth if o.api == 'asyncio' else 1}, 1 peer(s), {o.api}, Python {sys.version.split()[0]}")
+        print(f"{'test':<10} {'size':>8} {'iters':>8} {'MB/s':>12} {'msg/s':>12} {'p50 us':>10} {'p99 us':>10} "
+              f"{'max us':>10} {'CPU s/GB':>10}", flush=True)
+
+
+def points(o):
+    """(done, total, test, size) for each measurement, with the progress line."""
+    total, done = len(o.test) * len(o.sizes), 0
+    for test in o.test:
+        for size in o.sizes:
+            done += 1
+            if not o.quiet:
+                sys.stderr.write(f"\r[{done}/{total}] {test} {human(size)} ...      ")
+                sys.stderr.flush()
+            yield test, size
+
+
+def show(o, r):
+    if not o.quiet:
+        sys.stderr.write("\r" + " " * 60 + "\r")
+        print(f"{r['test']:<10} {human(r['size']):>8} {r['iters']:>8} {r['bw_mbps']:>12.1f} "
+              f"{r['msg_rate']:>12.0f} {r['lat_p50_us']:>10.2f} {r['lat_p99_us']:>10.2f} "
+              f"{r['lat_max_us']:>10.2f} {r['cpu_s_per_gb']:>10.3f}", flush=True)
+    return r
 
 
 async def run_client(o, port):
-    async with session(o) as s:
+    async with session(o, client=True) as s:
         # A server started with --port P serves data port P; loopback starts it with --port 0.
         await s.connect(SERVER_RANK, o.rank, o.host, port if o.role == "client" else 0, port)
-        peer = SERVER_RANK
-        if not o.quiet:
-            print(f"hmc_bench.py: {o.mode} progress, UCX {s.transports(peer)}, depth {o.depth}, 1 peer(s), "
-                  f"asyncio, Python {sys.version.split()[0]}")
-            print(f"{'test':<9} {'size':>8} {'iters':>8} {'MB/s':>12} {'msg/s':>12} {'p50 us':>10} {'p99 us':>10} "
-                  f"{'max us':>10} {'CPU s/GB':>10}", flush=True)
-        results = []
-        total, done = len(o.test) * len(o.sizes), 0
-        for test in o.test:
-            for size in o.sizes:
-                done += 1
-                if not o.quiet:
-                    sys.stderr.write(f"\r[{done}/{total}] {test} {human(size)} ...      ")
-                    sys.stderr.flush()
-                r = await measure(s, peer, o, test, size)
-                if not o.quiet:
-                    sys.stderr.write("\r" + " " * 60 + "\r")
-                    print(f"{r['test']:<9} {human(r['size']):>8} {r['iters']:>8} {r['bw_mbps']:>12.1f} "
-                          f"{r['msg_rate']:>12.0f} {r['lat_p50_us']:>10.2f} {r['lat_p99_us']:>10.2f} "
-                          f"{r['lat_max_us']:>10.2f} {r['cpu_s_per_gb']:>10.3f}", flush=True)
-                results.append(r)
-        await s.ctrl_send(peer, json.dumps({"test": DONE}).encode())
-        write_outputs(o, results)
+        header(o, s, SERVER_RANK)
+        results = [show(o, await measure(s, SERVER_RANK, o, test, size)) for test, size in points(o)]
+        await s.ctrl_send(SERVER_RANK, json.dumps({"test": DONE}).encode())
+        return results
+
+
+def run_client_sync(o, port):
+    with session(o, client=True) as s:
+        s.connect(SERVER_RANK, o.rank, o.host, port if o.role == "client" else 0, port)
+        header(o, s, SERVER_RANK)
+        results = [show(o, sync_measure(s, SERVER_RANK, o, test, size)) for test, size in points(o)]
+        s.ctrl_send(SERVER_RANK, json.dumps({"test": DONE}).encode())
+        return results
+
+
+def preflight(o):
+    """Leaves out what this build lacks, naming it; returns the names."""
+    unavailable = []
+    if "notify_lat" in o.test and not has_notify():
+        print("hmc_bench.py: notify_lat: not available in this build (no put_remote(..., notify=))", file=sys.stderr)
+        o.test = [t for t in o.test if t != "notify_lat"]
+        unavailable.append("notify_lat")
+    if o.progress_thread != "default" and not has_progress_thread():
+        print(f"hmc_bench.py: progress_thread={o.progress_thread!r}: not available in this build", file=sys.stderr)
+        unavailable.append(f"progress_thread={o.progress_thread}")
+        o.test = []
+    return unavailable
+
+
+def client(o, port):
+    return run_client_sync(o, port) if o.api == "blocking" else asyncio.run(run_client(o, port))
 
 
 def spawn_server(o):
@@ -226,17 +344,22 @@ def main(argv=None):
     if o.role == "server":
         asyncio.run(run_server(o))
         return 0
+    unavailable = preflight(o)
+    if not o.test:
+        write_outputs(o, [], unavailable)
+        return 0
     if o.role == "client":
-        asyncio.run(run_client(o, o.port))
+        write_outputs(o, client(o, o.port), unavailable)
         return 0
     proc, port = spawn_server(o)
     try:
-        asyncio.run(run_client(o, port))
+        results = client(o, port)
         proc.wait(timeout=60)
     except BaseException:
         proc.kill()
         proc.wait()
         raise
+    write_outputs(o, results, unavailable)
     return proc.returncode
 
 

@@ -3,9 +3,14 @@
 //   put   put + endpoint flush per op (the bytes are at the peer when it returns)
 //   get   get per op
 //   notify  put + flush + 8-byte active message, the peer answers with one (put + tag round trip)
+//   putbw   windows of --depth puts and one endpoint flush (each put is at the peer when its
+//           window's flush completes: HMC's put promise at depth D, UCX's cheapest way to keep it)
+//   getbw   windows of --depth gets, all waited for
 // Two processes (fork), worker addresses and rkeys over a socketpair, busy-polling progress on
-// both sides: the best case raw UCX reaches. Prints one line per (test, size): us/op p50 and mean.
-//   ucx_raw_bench [--tls shm|tcp|...] [--iters N] [--sizes 8,64,4096,...]
+// both sides: the best case raw UCX reaches. Prints one line per (test, size): us/op p50 and
+// mean (putbw/getbw: per window), MB/s and operations/s; --json FILE writes the same rows.
+//   ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw] [--iters N]
+//                 [--sizes 8,64,4096,...] [--depth D] [--json FILE]
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <ucp/api/ucp.h>
@@ -17,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -24,7 +30,7 @@ namespace {
 
 constexpr unsigned kAmPing = 1;
 constexpr unsigned kAmPong = 2;
-constexpr std::size_t kBufferSize = 4u << 20;
+constexpr std::size_t kBufferSize = 16u << 20;
 
 [[noreturn]] void die(const char* what, ucs_status_t st = UCS_OK) {
   std::fprintf(stderr, "ucx_raw_bench: %s%s%s\n", what, st == UCS_OK ? "" : ": ", st == UCS_OK ? "" : ucs_status_string(st));
@@ -53,7 +59,7 @@ struct Side {
   ucp_mem_h memh = nullptr;
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
-  std::vector<char> buffer = std::vector<char>(kBufferSize, 1);
+  char* buffer = nullptr;  // kBufferSize bytes allocated by UCX, as HMC's session buffer (shared memory here)
   std::uint64_t remote_base = 0;
   volatile unsigned pings = 0, pongs = 0;
 };
@@ -86,11 +92,18 @@ void setup(Side& s, const std::string& tls, int fd) {
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   if (ucs_status_t st = ucp_worker_create(s.context, &wp, &s.worker); st != UCS_OK) die("ucp_worker_create", st);
+  // Allocated by UCX like HMC's session buffer: its shm transports then write straight into the
+  // peer's mapping, where registered user memory would need a cross-memory-attach syscall.
   ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  mp.address = s.buffer.data();
-  mp.length = s.buffer.size();
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.length = kBufferSize;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
   if (ucs_status_t st = ucp_mem_map(s.context, &mp, &s.memh); st != UCS_OK) die("ucp_mem_map", st);
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+  if (ucs_status_t st = ucp_mem_query(s.memh, &attr); st != UCS_OK) die("ucp_mem_query", st);
+  s.buffer = static_cast<char*>(attr.address);
+  std::memset(s.buffer, 1, kBufferSize);
   for (auto [id, counter] : {std::pair{kAmPing, &s.pings}, std::pair{kAmPong, &s.pongs}}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -106,7 +119,7 @@ void setup(Side& s, const std::string& tls, int fd) {
   void* rkey_buf = nullptr;
   std::size_t rkey_len = 0;
   if (ucs_status_t st = ucp_rkey_pack(s.context, s.memh, &rkey_buf, &rkey_len); st != UCS_OK) die("rkey_pack", st);
-  const auto base = reinterpret_cast<std::uint64_t>(s.buffer.data());
+  const auto base = reinterpret_cast<std::uint64_t>(s.buffer);
   send_blob(fd, address, address_len);
   send_blob(fd, &base, sizeof base);
   send_blob(fd, rkey_buf, rkey_len);
@@ -144,29 +157,87 @@ void serve(Side& s, int fd) {
   }
 }
 
-double run(Side& s, const std::string& test, std::size_t size, int iters, std::vector<double>& us) {
+// Waits for every request of a window (nullptr: completed at once).
+void wait_all(Side& s, std::vector<ucs_status_ptr_t>& reqs, const char* what) {
+  for (auto req : reqs) wait(s, req, what);
+  reqs.clear();
+}
+
+// One measured operation: a put/get/notify, or a window of `depth` puts/gets.
+void one(Side& s, const std::string& test, std::size_t size, std::size_t depth, std::vector<ucs_status_ptr_t>& reqs) {
   ucp_request_param_t p{};
-  us.clear();
-  for (int i = -iters / 10; i < iters; ++i) {  // the first tenth warms up
-    const auto t0 = std::chrono::steady_clock::now();
-    if (test == "put") {
-      wait(s, ucp_put_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "put");
-      wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
-    } else if (test == "get") {
-      wait(s, ucp_get_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "get");
-    } else {
-      const unsigned want = s.pongs + 1;
-      wait(s, ucp_put_nbx(s.ep, s.buffer.data(), size, s.remote_base, s.rkey, &p), "put");
-      wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
-      wait(s, send_am(s, kAmPing), "ping");
-      while (s.pongs < want) ucp_worker_progress(s.worker);
-    }
-    const std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
-    if (i >= 0) us.push_back(d.count());
+  if (test == "put") {
+    wait(s, ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p), "put");
+    wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
+  } else if (test == "get") {
+    wait(s, ucp_get_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p), "get");
+  } else if (test == "notify") {
+    const unsigned want = s.pongs + 1;
+    wait(s, ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p), "put");
+    wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
+    wait(s, send_am(s, kAmPing), "ping");
+    while (s.pongs < want) ucp_worker_progress(s.worker);
+  } else if (test == "putbw") {
+    for (std::size_t i = 0; i < depth; ++i)
+      reqs.push_back(ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p));
+    reqs.push_back(ucp_ep_flush_nbx(s.ep, &p));
+    wait_all(s, reqs, "put window");
+  } else {  // getbw
+    for (std::size_t i = 0; i < depth; ++i)
+      reqs.push_back(ucp_get_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p));
+    wait_all(s, reqs, "get window");
   }
+}
+
+struct Row {
+  std::string test;
+  std::size_t size = 0, depth = 1;
+  long ops = 0;
+  double p50_us = 0, mean_us = 0, seconds = 0;
+};
+
+// `ops` operations (windowed tests: ops / depth windows), after a tenth as many unmeasured.
+Row run(Side& s, const std::string& test, std::size_t size, long ops, std::size_t depth) {
+  const bool window = test == "putbw" || test == "getbw";
+  const std::size_t d = window ? depth : 1;
+  const long rounds = std::max<long>(ops / static_cast<long>(d), 1);
+  std::vector<ucs_status_ptr_t> reqs;
+  reqs.reserve(d + 1);
+  std::vector<double> us;
+  us.reserve(static_cast<std::size_t>(rounds));
+  for (long i = -std::max<long>(rounds / 10, 2); i < 0; ++i) one(s, test, size, d, reqs);
+  const auto start = std::chrono::steady_clock::now();
+  for (long i = 0; i < rounds; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    one(s, test, size, d, reqs);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  Row r{test, size, d, rounds * static_cast<long>(d), 0, 0,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   double sum = 0;
   for (double v : us) sum += v;
-  return sum / static_cast<double>(us.size());
+  r.mean_us = sum / static_cast<double>(us.size());
+  std::nth_element(us.begin(), us.begin() + static_cast<long>(us.size() / 2), us.end());
+  r.p50_us = us[us.size() / 2];
+  return r;
+}
+
+void write_json(const std::string& path, const std::string& tls, const std::vector<Row>& rows) {
+  std::ofstream f(path);
+  f << "{\"meta\": {\"impl\": \"ucx-raw\", \"tls\": \"" << tls << "\"},\n \"results\": [\n";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const double bytes = static_cast<double>(r.size) * static_cast<double>(r.ops);
+    f << "  {\"test\": \"" << r.test << "\", \"size\": " << r.size << ", \"depth\": " << r.depth
+      << ", \"iters\": " << r.ops << ", \"seconds\": " << r.seconds << ", \"lat_p50_us\": " << r.p50_us
+      << ", \"lat_mean_us\": " << r.mean_us << ", \"bw_mbps\": " << bytes / r.seconds / 1e6
+      << ", \"msg_rate\": " << static_cast<double>(r.ops) / r.seconds
+      // from the median operation (window): what the machine does when this process is not preempted
+      << ", \"bw_p50_mbps\": " << static_cast<double>(r.size * r.depth) / r.p50_us
+      << ", \"msg_rate_p50\": " << static_cast<double>(r.depth) / r.p50_us * 1e6 << "}"
+      << (i + 1 < rows.size() ? ",\n" : "\n");
+  }
+  f << " ]}\n";
 }
 
 // Everything but the worker and context, released in UCX's order (leak checkers see the rest).
@@ -182,8 +253,11 @@ void teardown(Side& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tls = "shm";
+  std::string tls = "shm", json;
   int iters = 20000;
+  bool iters_given = false;  // --iters N: N at every size; default: a twentieth from 1 MiB up
+  std::size_t depth = 16;
+  std::vector<std::string> tests{"put", "get", "notify", "putbw"};
   std::vector<std::size_t> sizes{8, 64, 4096, 65536, 1u << 20};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -191,17 +265,34 @@ int main(int argc, char** argv) {
       tls = argv[++i];
     } else if (a == "--iters" && i + 1 < argc) {
       iters = std::max(10, std::atoi(argv[++i]));
+      iters_given = true;
+    } else if (a == "--depth" && i + 1 < argc) {
+      depth = static_cast<std::size_t>(std::clamp(std::atoi(argv[++i]), 1, 1024));
+    } else if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else if (a == "--tests" && i + 1 < argc) {
+      tests.clear();
+      for (std::string rest = argv[++i]; !rest.empty();) {
+        const auto comma = rest.find(',');
+        tests.push_back(rest.substr(0, comma));
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+        if (tests.back() != "put" && tests.back() != "get" && tests.back() != "notify" && tests.back() != "putbw" &&
+            tests.back() != "getbw")
+          die("--tests: put, get, notify, putbw, getbw");
+      }
     } else if (a == "--sizes" && i + 1 < argc) {
       sizes.clear();
       for (const char* p = argv[++i]; *p != '\0';) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(p, &end, 10);
-        if (end == p || v == 0 || v > kBufferSize) die("--sizes: comma-separated byte counts, 1 .. 4 MiB");
+        if (end == p || v == 0 || v > kBufferSize) die("--sizes: comma-separated byte counts, 1 .. 16 MiB");
         sizes.push_back(v);
         p = *end == ',' ? end + 1 : end;
       }
     } else {
-      std::fprintf(stderr, "usage: ucx_raw_bench [--tls shm|tcp|...] [--iters N] [--sizes 8,64,...]\n");
+      std::fprintf(stderr,
+                   "usage: ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw] [--iters N]\n"
+                   "                     [--sizes 8,64,...] [--depth D] [--json FILE]\n");
       return 2;
     }
   }
@@ -218,18 +309,25 @@ int main(int argc, char** argv) {
   }
   ::close(fds[1]);
   setup(s, tls, fds[0]);
-  std::printf("# raw UCX, tls=%s, %d iterations, two processes, busy polling; us/op\n", tls.c_str(), iters);
-  std::printf("%-7s %9s %9s %9s\n", "test", "bytes", "p50", "mean");
-  std::vector<double> us;
-  for (const char* test : {"put", "get", "notify"}) {
+  std::printf("# raw UCX, tls=%s, %d operations per point, depth %zu (putbw/getbw),\n"
+              "# two processes, busy polling; us per operation (putbw/getbw: per window of depth operations)\n",
+              tls.c_str(), iters, depth);
+  std::printf("%-7s %9s %6s %9s %9s %12s %12s\n", "test", "bytes", "depth", "p50", "mean", "MB/s", "ops/s");
+  std::vector<Row> rows;
+  std::vector<ucs_status_ptr_t> reqs;
+  for (int i = 0; i < 100; ++i) one(s, "notify", 8, 1, reqs);  // endpoint wireup and first touches, unmeasured
+  for (const auto& test : tests) {
     for (std::size_t size : sizes) {
-      const int n = size >= (1u << 20) ? std::max(10, iters / 20) : iters;
-      const double mean = run(s, test, size, n, us);
-      std::nth_element(us.begin(), us.begin() + static_cast<long>(us.size() / 2), us.end());
-      std::printf("%-7s %9zu %9.2f %9.2f\n", test, size, us[us.size() / 2], mean);
+      const long n = size >= (1u << 20) && !iters_given ? std::max(10, iters / 20) : iters;
+      const Row r = run(s, test, size, n, depth);
+      std::printf("%-7s %9zu %6zu %9.2f %9.2f %12.1f %12.0f\n", r.test.c_str(), r.size, r.depth, r.p50_us, r.mean_us,
+                  static_cast<double>(r.size) * static_cast<double>(r.ops) / r.seconds / 1e6,
+                  static_cast<double>(r.ops) / r.seconds);
       std::fflush(stdout);
+      rows.push_back(r);
     }
   }
+  if (!json.empty()) write_json(json, tls, rows);
   teardown(s);  // while the peer still progresses: a flushed close needs it
   const char quit = 'q';
   if (::write(fds[0], &quit, 1) != 1) die("socketpair write");

@@ -6,6 +6,14 @@
 namespace hmc::bench {
 namespace {
 
+// ProgressThread::shared (issue 11.1) where this build has it.
+template <class E>
+constexpr bool has_shared_progress = requires { E::shared; };
+template <class E>
+E shared_progress() {
+  return E::shared;
+}
+
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -29,8 +37,9 @@ std::size_t parse_size(const std::string& text) {
 
 std::string Options::usage() {
   return "usage: hmc_bench [--role loopback|server|client] [--host IP] [--port P]\n"
-         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle] [--sizes 8,64K,1M | 8:64M]\n"
-         "                 [--depth N] [--peers N] [--mode adaptive|event|poll|hybrid] [--tls shm|tcp|...]\n"
+         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat]\n"
+         "                 [--sizes 8,64K,1M | 8:64M] [--depth N] [--peers N] [--mode adaptive|event|poll|hybrid]\n"
+         "                 [--progress-thread own|shared|caller] [--tls shm|tcp|...]\n"
          "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n";
 }
 
@@ -62,6 +71,18 @@ Options parse_options(int argc, char** argv) {
       const auto m = runtime::parse_progress_mode(value());
       if (!m) throw std::invalid_argument("--mode must be adaptive, event, poll or hybrid");
       o.mode = *m;
+    } else if (flag == "--progress-thread") {
+      o.progress_thread_name = value();
+      if (o.progress_thread_name == "own") {
+        o.progress_thread = ProgressThread::own;
+      } else if (o.progress_thread_name == "caller") {
+        o.progress_thread = ProgressThread::caller;
+      } else if (o.progress_thread_name == "shared") {
+        if constexpr (has_shared_progress<ProgressThread>) o.progress_thread = shared_progress<ProgressThread>();
+        else o.unavailable = "progress_thread=shared";
+      } else {
+        throw std::invalid_argument("--progress-thread must be own, shared or caller");
+      }
     } else if (flag == "--tls") o.tls = value();
     else if (flag == "--net-devices") o.net_devices = value();
     else if (flag == "--iters") o.iters = std::stol(value());
@@ -79,7 +100,7 @@ Options parse_options(int argc, char** argv) {
   if (o.depth == 0 || o.peers == 0 || o.sizes.empty()) throw std::invalid_argument("--depth, --peers, --sizes must be > 0");
   for (const auto& t : o.tests)
     if (t != "put_bw" && t != "get_bw" && t != "put_lat" && t != "get_lat" && t != "batch" && t != "pipeline" &&
-        t != "idle")
+        t != "idle" && t != "put_sync" && t != "tag_lat" && t != "notify_lat")
       throw std::invalid_argument("unknown test '" + t + "'");
   return o;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hmc/runtime/progress_mode.hpp"
+#include "hmc/session.hpp"
 
 namespace hmc::bench {
 
@@ -18,6 +19,9 @@ struct Options {
   std::size_t depth = 16;          // operations in flight (bw tests), segments (batch), window (pipeline)
   std::uint32_t peers = 1;         // clients started by loopback, each its own process
   runtime::ProgressMode mode = runtime::ProgressMode::adaptive;  // the Session default
+  ProgressThread progress_thread = ProgressThread::own;          // the client's; servers keep their own thread
+  std::string progress_thread_name = "default";                  // as given; "default": the Session's default
+  std::string unavailable;                                       // an option this build lacks: nothing is measured
   std::string tls;                 // UCX_TLS for both sides; empty: UCX default
   std::string net_devices = "lo";
   long iters = 0;                  // 0: chosen per size
