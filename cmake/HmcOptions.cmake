@@ -1,5 +1,7 @@
 # Build options: every choice a user can make at configure time lives here.
 option(HMC_BUILD_TESTS "Build the GoogleTest suite" ON)
+# Off in scripts/test's sanitizer trees: no test runs the examples there (the normal build compiles them).
+option(HMC_BUILD_EXAMPLES "Build the example programs in examples/" ON)
 option(HMC_BUILD_PYTHON "Build the hmc Python package (pybind11, Debian python3)" ON)
 # Debian's interpreter sees the python3-* packages; a pyenv python3 earlier on PATH does not.
 if(NOT Python_EXECUTABLE AND EXISTS /usr/bin/python3)

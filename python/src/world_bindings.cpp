@@ -190,6 +190,30 @@ class PyWorld {
   static auto done_fn(const std::shared_ptr<WorldOp>& o) {
     return [o](std::exception_ptr e) { o->complete(std::move(e), {}); };
   }
+  static auto bytes_fn(const std::shared_ptr<WorldOp>& o) {
+    return [o](std::exception_ptr e, std::vector<std::byte> r) {
+      detail::CollectiveResult res;
+      res.bytes = std::move(r);
+      o->complete(std::move(e), std::move(res));
+    };
+  }
+  // A collective from `in` into `out`, both held by its op until it completes; `start(in, out, done)`.
+  template <class Start>
+  std::shared_ptr<WorldOp> in_to_out(py::object in, py::object out, bool notify, const char* in_role,
+                                     const char* out_role, Start start) {
+    auto o = op(notify);
+    auto i = o->hold_in(in, in_role);
+    auto u = o->hold_out(out, out_role);
+    start(i, u, done_fn(o));
+    return o;
+  }
+  static auto blocks_fn(const std::shared_ptr<WorldOp>& o) {
+    return [o](std::exception_ptr e, Blocks b) {
+      detail::CollectiveResult res;
+      res.blocks = std::move(b);
+      o->complete(std::move(e), std::move(res));
+    };
+  }
 
   std::shared_ptr<WorldOp> barrier(Seconds t, bool notify) {
     auto o = op(notify);
@@ -204,26 +228,13 @@ class PyWorld {
       const auto* p = static_cast<const std::byte*>(v.data());
       bytes.assign(p, p + v.size());
     }
-    w().async_broadcast(std::move(bytes), root, to_ms(t), [o](std::exception_ptr e, std::vector<std::byte> r) {
-      detail::CollectiveResult res;
-      res.bytes = std::move(r);
-      o->complete(std::move(e), std::move(res));
-    });
+    w().async_broadcast(std::move(bytes), root, to_ms(t), bytes_fn(o));
     return o;
   }
   std::shared_ptr<WorldOp> all_gather(py::object in, py::object out, Seconds t, bool notify) {
-    auto o = op(notify);
-    auto i = o->hold_in(in, "all_gather input");
-    auto u = o->hold_out(out, "all_gather output");
-    w().async_all_gather(i, u, to_ms(t), done_fn(o));
-    return o;
-  }
-  static auto blocks_fn(const std::shared_ptr<WorldOp>& o) {
-    return [o](std::exception_ptr e, Blocks b) {
-      detail::CollectiveResult res;
-      res.blocks = std::move(b);
-      o->complete(std::move(e), std::move(res));
-    };
+    return in_to_out(in, out, notify, "all_gather input", "all_gather output", [&](auto i, auto u, auto done) {
+      w().async_all_gather(i, u, to_ms(t), std::move(done));
+    });
   }
   std::shared_ptr<WorldOp> all_gather_v(py::object in, Seconds t, bool notify) {
     auto o = op(notify);
@@ -239,19 +250,13 @@ class PyWorld {
     auto o = op(notify);
     std::vector<std::span<const std::byte>> spans;
     for (auto b : blocks) spans.push_back(o->hold_in(b, "scatter block"));
-    w().async_scatter(std::move(spans), root, to_ms(t), [o](std::exception_ptr e, std::vector<std::byte> r) {
-      detail::CollectiveResult res;
-      res.bytes = std::move(r);
-      o->complete(std::move(e), std::move(res));
-    });
+    w().async_scatter(std::move(spans), root, to_ms(t), bytes_fn(o));
     return o;
   }
   std::shared_ptr<WorldOp> all_to_all(py::object in, py::object out, Seconds t, bool notify) {
-    auto o = op(notify);
-    auto i = o->hold_in(in, "all_to_all input");
-    auto u = o->hold_out(out, "all_to_all output");
-    w().async_all_to_all(i, u, to_ms(t), done_fn(o));
-    return o;
+    return in_to_out(in, out, notify, "all_to_all input", "all_to_all output", [&](auto i, auto u, auto done) {
+      w().async_all_to_all(i, u, to_ms(t), std::move(done));
+    });
   }
   std::shared_ptr<WorldOp> all_to_all_v(const py::list& blocks, Seconds t, bool notify) {
     auto o = op(notify);
@@ -263,11 +268,10 @@ class PyWorld {
   std::shared_ptr<WorldOp> all_reduce(py::object in, py::object out, int dtype, int reduce_op, Seconds t, bool notify) {
     if (dtype < 0 || dtype > static_cast<int>(DataType::float64)) throw InvalidArgumentError("unknown element type");
     if (reduce_op < 0 || reduce_op > static_cast<int>(ReduceOp::min)) throw InvalidArgumentError("unknown reduction");
-    auto o = op(notify);
-    auto i = o->hold_in(in, "all_reduce input");
-    auto u = o->hold_out(out, "all_reduce output");
-    w().async_all_reduce(i, u, static_cast<DataType>(dtype), static_cast<ReduceOp>(reduce_op), to_ms(t), done_fn(o));
-    return o;
+    return in_to_out(in, out, notify, "all_reduce input", "all_reduce output", [&](auto i, auto u, auto done) {
+      w().async_all_reduce(i, u, static_cast<DataType>(dtype), static_cast<ReduceOp>(reduce_op), to_ms(t),
+                           std::move(done));
+    });
   }
 
   // The session under the world, by rank (blocking; the GIL is released while waiting).

@@ -3,34 +3,23 @@
 // bootstrapped through it, and etcd killed during start-up. Skipped with the reason when etcd is
 // not installed.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <filesystem>
 #include <thread>
 
 #include "hmc/error.hpp"
 #include "hmc/world/store.hpp"
-#include "process.hpp"
+#include "../ctrl/child_process.hpp"
+#include "free_port.hpp"
 
 namespace hmc {
 namespace {
 
 using namespace std::chrono_literals;
+using test::ChildProcess;
+using test::free_port;
 
 constexpr const char* kEtcd = "/usr/bin/etcd";
-
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 // One etcd member on loopback with its data in a temporary directory.
 class Etcd {
@@ -42,7 +31,7 @@ class Etcd {
     const auto peer = free_port();
     const std::string c = "http://127.0.0.1:" + std::to_string(client_);
     const std::string p = "http://127.0.0.1:" + std::to_string(peer);
-    proc_ = std::make_unique<test::Process>(std::vector<std::string>{
+    proc_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         kEtcd, "--data-dir", dir_ + "/data", "--listen-client-urls", c, "--advertise-client-urls", c,
         "--listen-peer-urls", p, "--initial-advertise-peer-urls", p, "--initial-cluster", "default=" + p,
         "--logger", "zap", "--log-level", "error"});
@@ -64,7 +53,7 @@ class Etcd {
  private:
   std::string dir_;
   std::uint16_t client_ = 0;
-  std::unique_ptr<test::Process> proc_;
+  std::unique_ptr<ChildProcess> proc_;
 };
 
 StoreOptions options(const std::string& job = "etcd-test") {
@@ -174,9 +163,9 @@ TEST_F(EtcdStoreTest, AnUnreachableEtcdIsATypedErrorNamingTheUrl) {
 TEST_F(EtcdStoreTest, AWorldBootstrapsThroughEtcdAndFailsCleanlyWhenEtcdDies) {
   const std::string dir = "/tmp/hmc-etcd-world-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  std::vector<std::unique_ptr<test::Process>> ranks;
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < 3; ++r)
-    ranks.push_back(std::make_unique<test::Process>(std::vector<std::string>{
+    ranks.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
         HMC_WORLD_PEER_PATH, "url=" + etcd->url(), "size=3", "job=etcd-world", "uds=" + dir, "scenario=collectives"}));
   for (auto& p : ranks) {
     std::string line;
@@ -191,7 +180,7 @@ TEST_F(EtcdStoreTest, AWorldBootstrapsThroughEtcdAndFailsCleanlyWhenEtcdDies) {
   // Two of three ranks join, then etcd (one of their own) dies: a typed error, no hang.
   Etcd doomed;
   for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::make_unique<test::Process>(std::vector<std::string>{
+    ranks.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
         HMC_WORLD_PEER_PATH, "url=" + doomed.url(), "size=3", "job=etcd-dies", "uds=" + dir, "scenario=join",
         "timeout_ms=8000"}));
   std::this_thread::sleep_for(2500ms);

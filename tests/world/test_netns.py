@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from ranks import finish, report
+
 PEER = os.environ.get("HMC_WORLD_PEER", str(pathlib.Path(__file__).parents[2] / "build/tests/hmc_world_peer"))
 ETCD = "/usr/bin/etcd"
 TAG = f"w{os.getpid() % 100000}"
@@ -118,38 +120,11 @@ def rank(net, i, url, workdir, *extra):
                             env=dict(os.environ, HMC_AUTH_KEY="netns-test", CTRL_TRANSPORT="tcp"))
 
 
-def outputs(procs, limit):
-    end = time.monotonic() + limit
-    out = []
-    for p in procs:
-        try:
-            text, log = p.communicate(timeout=max(1, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            text, log = p.communicate()
-            text += "\n(killed at the time limit)"
-        out.append((Lines(text.splitlines(), log), p.returncode))
-    return out
-
-
-class Lines(list):
-    """A rank's stdout lines (its checks, then DONE or ERROR); its stderr (HMC's log lines, which
-    may come at any time, also after DONE) is kept apart and shown when a check fails."""
-
-    def __init__(self, lines, log):
-        super().__init__(lines)
-        self.log = log
-
-
-def report(lines):
-    return "\n".join(lines) + (f"\n--- stderr ---\n{lines.log}" if lines.log else "")
-
-
 def test_bootstrap_and_collectives_through_etcd(net, workdir):
     etcd = EtcdIn(net, workdir)
     try:
         procs = [rank(net, i, etcd.url, workdir, "job=netns-collectives", "buffer=4194304") for i in range(4)]
-        for lines, rc in outputs(procs, 180):
+        for lines, rc in finish(procs, 180):
             oks = [line for line in lines if line.startswith("OK ")]
             assert rc == 0 and len(oks) == 20 and lines[-1] == "DONE", report(lines)
     finally:
@@ -167,7 +142,7 @@ def test_a_rank_killed_during_a_barrier(net, workdir):
         start = time.monotonic()
         procs[1].send_signal(signal.SIGKILL)
         procs[1].wait(timeout=10)
-        results = outputs([procs[0], procs[2], procs[3]], 40)
+        results = finish([procs[0], procs[2], procs[3]], 40)
         assert time.monotonic() - start < 14  # well before the 15 s timeout
         for lines, rc in results:
             assert rc == 3 and lines[-1].startswith("ERROR peer lost") and "rank 1" in lines[-1], report(lines)
@@ -184,6 +159,6 @@ def test_etcd_killed_during_start_up(net, workdir):
         time.sleep(3)
     finally:
         etcd.kill()
-    for lines, rc in outputs(procs, 40):
+    for lines, rc in finish(procs, 40):
         assert rc == 3 and lines and lines[-1].startswith("ERROR"), report(lines)
         assert "not connected" in lines[-1] or "timed out" in lines[-1], report(lines)

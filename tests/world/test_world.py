@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import hmc
+from ranks import finish, report
 
 HERE = pathlib.Path(__file__).parent
 PYTHON = "/usr/bin/python3"  # Debian's interpreter: it sees python3-numpy/torch
@@ -51,34 +52,6 @@ def env_for(extra=None):
 def spawn(args, env=None):
     return subprocess.Popen([PYTHON, str(HERE / "world_peer.py"), *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env or env_for())
-
-
-def finish(procs, limit=120):
-    """Every process's output lines and exit status; one still running at the limit is killed."""
-    end = time.monotonic() + limit
-    results = []
-    for p in procs:
-        try:
-            out, log = p.communicate(timeout=max(1, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, log = p.communicate()
-            out += "\n(killed at the time limit)"
-        results.append((Lines(out.splitlines(), log), p.returncode))
-    return results
-
-
-class Lines(list):
-    """A rank's stdout lines (its checks, then DONE or ERROR); its stderr (HMC's log lines, which
-    may come at any time, also after DONE) is kept apart and shown when a check fails."""
-
-    def __init__(self, lines, log):
-        super().__init__(lines)
-        self.log = log
-
-
-def report(lines):
-    return "\n".join(lines) + (f"\n--- stderr ---\n{lines.log}" if getattr(lines, "log", "") else "")
 
 
 def assert_all_ok(results, checks):

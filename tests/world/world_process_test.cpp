@@ -2,15 +2,14 @@
 // checked contents at 8 ranks over shm and tcp, automatic ranks, torchrun's environment, two jobs
 // on one store, a rank SIGKILLed during barriers, and the start-up errors.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <thread>
 
-#include "process.hpp"
+#include "../ctrl/child_process.hpp"
+#include "free_port.hpp"
 #include "hmc/world/store.hpp"
 #include "hmc/world/store_server.hpp"
 
@@ -18,7 +17,8 @@ namespace hmc {
 namespace {
 
 using namespace std::chrono_literals;
-using test::Process;
+using test::ChildProcess;
+using test::free_port;
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/hmc-world-XXXXXX";
@@ -26,21 +26,8 @@ std::string temp_dir() {
   return d ? d : "/tmp";
 }
 
-// A port nothing listens on right now (bound, read, released).
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 struct Rank {
-  std::unique_ptr<Process> process;
+  std::unique_ptr<ChildProcess> process;
   std::vector<std::string> lines;
   int status = -1;
 };
@@ -53,10 +40,10 @@ class WorldProcessTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir); }
 
-  std::unique_ptr<Process> spawn(std::vector<std::string> args) {
+  std::unique_ptr<ChildProcess> spawn(std::vector<std::string> args) {
     args.insert(args.begin(), HMC_WORLD_PEER_PATH);
     args.push_back("uds=" + dir);
-    auto c = std::make_unique<Process>(args);
+    auto c = std::make_unique<ChildProcess>(args);
     EXPECT_TRUE(c->started());
     return c;
   }

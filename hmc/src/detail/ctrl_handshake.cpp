@@ -26,6 +26,22 @@ std::string expect(FrameType got, FrameType want, const char* name) {
   return std::string("expected ") + name + ", got frame type " + std::to_string(static_cast<int>(got));
 }
 
+// The steps both sides take: send a frame and read on, or done.
+HandshakeStep reply_step(std::vector<std::byte> frame) {
+  HandshakeStep s;
+  s.what = HandshakeStep::What::reply;
+  s.reply = std::move(frame);
+  return s;
+}
+
+HandshakeStep verified_step() {
+  HandshakeStep s;
+  s.what = HandshakeStep::What::verified;
+  return s;
+}
+
+constexpr const char* kAfterTheEnd = "frame after the handshake ended";
+
 }  // namespace
 
 std::uint32_t heartbeat_for(std::uint32_t client_ms, std::uint32_t server_ms) {
@@ -147,34 +163,22 @@ HandshakeStep ServerHandshake::fail(RejectCode code, std::string why) {
 }
 
 HandshakeStep ServerHandshake::on_frame(FrameType type, std::span<const std::byte> payload) {
-  switch (state_) {
-    case State::want_hello: {
-      if (auto why = expect(type, FrameType::hello, "HELLO"); !why.empty()) return fail(RejectCode::protocol, why);
-      if (auto why = decode_hello(payload, hello_); !why.empty()) return fail(RejectCode::protocol, why);
-      hello_bytes_.assign(payload.begin(), payload.end());
-      state_ = State::want_proof;
-      HandshakeStep s;
-      s.what = HandshakeStep::What::reply;
-      s.reply = encode_frame(FrameType::challenge, view(server_nonce_));
-      return s;
-    }
-    case State::want_proof: {
-      if (auto why = expect(type, FrameType::proof, "PROOF"); !why.empty()) return fail(RejectCode::protocol, why);
-      if (payload.size() != 32) return fail(RejectCode::protocol, "PROOF of " + std::to_string(payload.size()) + " bytes");
-      Mac got;
-      std::memcpy(got.data(), payload.data(), 32);
-      if (authenticate_ && !macs_equal(got, client_proof(key_, hello_bytes_, server_nonce_)))
-        return fail(RejectCode::auth_failed, "the client's proof does not match our key");
-      state_ = State::verified;
-      HandshakeStep s;
-      s.what = HandshakeStep::What::verified;
-      return s;
-    }
-    case State::verified:
-    case State::failed:
-      break;
+  if (state_ == State::want_hello) {
+    if (auto why = expect(type, FrameType::hello, "HELLO"); !why.empty()) return fail(RejectCode::protocol, why);
+    if (auto why = decode_hello(payload, hello_); !why.empty()) return fail(RejectCode::protocol, why);
+    hello_bytes_.assign(payload.begin(), payload.end());
+    state_ = State::want_proof;
+    return reply_step(encode_frame(FrameType::challenge, view(server_nonce_)));
   }
-  return fail(RejectCode::protocol, "frame after the handshake ended");
+  if (state_ != State::want_proof) return fail(RejectCode::protocol, kAfterTheEnd);
+  if (auto why = expect(type, FrameType::proof, "PROOF"); !why.empty()) return fail(RejectCode::protocol, why);
+  if (payload.size() != 32) return fail(RejectCode::protocol, "PROOF of " + std::to_string(payload.size()) + " bytes");
+  Mac got;
+  std::memcpy(got.data(), payload.data(), 32);
+  if (authenticate_ && !macs_equal(got, client_proof(key_, hello_bytes_, server_nonce_)))
+    return fail(RejectCode::auth_failed, "the client's proof does not match our key");
+  state_ = State::verified;
+  return verified_step();
 }
 
 std::vector<std::byte> ServerHandshake::welcome(WelcomeMsg m) const {
@@ -205,37 +209,25 @@ HandshakeStep ClientHandshake::on_frame(FrameType type, std::span<const std::byt
     rejected_ = r.code;
     return fail(r.code, "server rejected HELLO: " + r.reason);
   }
-  switch (state_) {
-    case State::want_challenge: {
-      if (auto why = expect(type, FrameType::challenge, "CHALLENGE"); !why.empty())
-        return fail(RejectCode::protocol, why);
-      if (payload.size() != 32)
-        return fail(RejectCode::protocol, "CHALLENGE of " + std::to_string(payload.size()) + " bytes");
-      std::memcpy(server_nonce_.data(), payload.data(), 32);
-      state_ = State::want_welcome;
-      HandshakeStep s;
-      s.what = HandshakeStep::What::reply;
-      Mac proof{};
-      if (authenticate_) proof = client_proof(key_, hello_bytes_, server_nonce_);
-      s.reply = encode_frame(FrameType::proof, std::span<const std::byte>(proof.data(), proof.size()));
-      return s;
-    }
-    case State::want_welcome: {
-      if (auto why = expect(type, FrameType::welcome, "WELCOME"); !why.empty()) return fail(RejectCode::protocol, why);
-      if (auto why = decode_welcome(payload, welcome_); !why.empty()) return fail(RejectCode::protocol, why);
-      if (authenticate_ &&
-          !macs_equal(welcome_.mac, server_proof(key_, hello_bytes_, server_nonce_, encode_welcome_body(welcome_))))
-        return fail(RejectCode::auth_failed, "the server's proof does not match our key");
-      state_ = State::verified;
-      HandshakeStep s;
-      s.what = HandshakeStep::What::verified;
-      return s;
-    }
-    case State::verified:
-    case State::failed:
-      break;
+  if (state_ == State::want_challenge) {
+    if (auto why = expect(type, FrameType::challenge, "CHALLENGE"); !why.empty())
+      return fail(RejectCode::protocol, why);
+    if (payload.size() != 32)
+      return fail(RejectCode::protocol, "CHALLENGE of " + std::to_string(payload.size()) + " bytes");
+    std::memcpy(server_nonce_.data(), payload.data(), 32);
+    state_ = State::want_welcome;
+    Mac proof{};
+    if (authenticate_) proof = client_proof(key_, hello_bytes_, server_nonce_);
+    return reply_step(encode_frame(FrameType::proof, std::span<const std::byte>(proof.data(), proof.size())));
   }
-  return fail(RejectCode::protocol, "frame after the handshake ended");
+  if (state_ != State::want_welcome) return fail(RejectCode::protocol, kAfterTheEnd);
+  if (auto why = expect(type, FrameType::welcome, "WELCOME"); !why.empty()) return fail(RejectCode::protocol, why);
+  if (auto why = decode_welcome(payload, welcome_); !why.empty()) return fail(RejectCode::protocol, why);
+  if (authenticate_ &&
+      !macs_equal(welcome_.mac, server_proof(key_, hello_bytes_, server_nonce_, encode_welcome_body(welcome_))))
+    return fail(RejectCode::auth_failed, "the server's proof does not match our key");
+  state_ = State::verified;
+  return verified_step();
 }
 
 }  // namespace hmc::detail

@@ -207,97 +207,64 @@ void World::submit(const std::shared_ptr<detail::WorldImpl>& impl, detail::Colle
   impl->submit(std::move(call), std::move(done));
 }
 
-detail::CollectiveResult World::run_blocking(detail::CollectiveCall call) {
+template <class Start>
+auto World::block_on(detail::CollectiveCall::Kind kind, milliseconds timeout, Start start) {
   if (session_->executor().running_in_this_thread())
-    throw InvalidArgumentError(std::string(detail::to_string(call.kind)) +
+    throw InvalidArgumentError(std::string(detail::to_string(kind)) +
                                " blocks: call it off the session's loop thread (or co_await async_*)");
-  const milliseconds timeout = call.timeout.count() > 0 ? call.timeout : impl_->options.timeout;
-  auto f = start<void(std::exception_ptr, detail::CollectiveResult)>(std::move(call), runtime::asio::use_future);
+  auto f = start(runtime::asio::use_future);
   // The collective times itself out; this only guards against a completion that never comes.
-  if (f.wait_for(timeout + impl_->options.session.timeout + std::chrono::seconds(5)) != std::future_status::ready)
-    throw TimeoutError("collective not complete after " + std::to_string(timeout.count()) + " ms");
+  const milliseconds limit = timeout.count() > 0 ? timeout : impl_->options.timeout;
+  if (f.wait_for(limit + impl_->options.session.timeout + std::chrono::seconds(5)) != std::future_status::ready)
+    throw TimeoutError("collective not complete after " + std::to_string(limit.count()) + " ms");
   return f.get();
 }
 
 void World::barrier(milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::barrier;
-  c.timeout = timeout;
-  run_blocking(std::move(c));
+  block_on(detail::CollectiveCall::Kind::barrier, timeout,
+           [&](auto token) { return async_barrier(timeout, token); });
 }
 
 std::vector<std::byte> World::broadcast(std::vector<std::byte> data, std::uint32_t root, milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::broadcast;
-  c.data = std::move(data);
-  c.root = root;
-  c.timeout = timeout;
-  return run_blocking(std::move(c)).bytes;
+  return block_on(detail::CollectiveCall::Kind::broadcast, timeout,
+                  [&](auto token) { return async_broadcast(std::move(data), root, timeout, token); });
 }
 
 void World::all_gather(std::span<const std::byte> in, std::span<std::byte> out, milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::all_gather;
-  c.in = in;
-  c.out = out;
-  c.timeout = timeout;
-  run_blocking(std::move(c));
+  block_on(detail::CollectiveCall::Kind::all_gather, timeout,
+           [&](auto token) { return async_all_gather(in, out, timeout, token); });
 }
 
 Blocks World::all_gather_v(std::span<const std::byte> in, milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::all_gather_v;
-  c.in = in;
-  c.timeout = timeout;
-  return run_blocking(std::move(c)).blocks;
+  return block_on(detail::CollectiveCall::Kind::all_gather_v, timeout,
+                  [&](auto token) { return async_all_gather_v(in, timeout, token); });
 }
 
 Blocks World::gather(std::span<const std::byte> in, std::uint32_t root, milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::gather;
-  c.in = in;
-  c.root = root;
-  c.timeout = timeout;
-  return run_blocking(std::move(c)).blocks;
+  return block_on(detail::CollectiveCall::Kind::gather, timeout,
+                  [&](auto token) { return async_gather(in, root, timeout, token); });
 }
 
 std::vector<std::byte> World::scatter(std::vector<std::span<const std::byte>> blocks, std::uint32_t root,
                                       milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::scatter;
-  c.blocks = std::move(blocks);
-  c.root = root;
-  c.timeout = timeout;
-  return run_blocking(std::move(c)).bytes;
+  return block_on(detail::CollectiveCall::Kind::scatter, timeout,
+                  [&](auto token) { return async_scatter(std::move(blocks), root, timeout, token); });
 }
 
 void World::all_to_all(std::span<const std::byte> in, std::span<std::byte> out, milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::all_to_all;
-  c.in = in;
-  c.out = out;
-  c.timeout = timeout;
-  run_blocking(std::move(c));
+  block_on(detail::CollectiveCall::Kind::all_to_all, timeout,
+           [&](auto token) { return async_all_to_all(in, out, timeout, token); });
 }
 
 Blocks World::all_to_all_v(std::vector<std::span<const std::byte>> blocks, milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::all_to_all_v;
-  c.blocks = std::move(blocks);
-  c.timeout = timeout;
-  return run_blocking(std::move(c)).blocks;
+  return block_on(detail::CollectiveCall::Kind::all_to_all_v, timeout,
+                  [&](auto token) { return async_all_to_all_v(std::move(blocks), timeout, token); });
 }
 
 void World::all_reduce(std::span<const std::byte> in, std::span<std::byte> out, DataType type, ReduceOp op,
                        milliseconds timeout) {
-  detail::CollectiveCall c;
-  c.kind = detail::CollectiveCall::Kind::all_reduce;
-  c.in = in;
-  c.out = out;
-  c.dtype = type;
-  c.op = op;
-  c.timeout = timeout;
-  run_blocking(std::move(c));
+  block_on(detail::CollectiveCall::Kind::all_reduce, timeout,
+           [&](auto token) { return async_all_reduce(in, out, type, op, timeout, token); });
 }
 
 void World::close() {

@@ -220,7 +220,9 @@ class World {
     };
   }
   static void submit(const std::shared_ptr<detail::WorldImpl>& impl, detail::CollectiveCall call, any_result done);
-  detail::CollectiveResult run_blocking(detail::CollectiveCall call);
+  // The blocking form of a collective: `start(use_future)` is its async_* call (world.cpp).
+  template <class Start>
+  auto block_on(detail::CollectiveCall::Kind kind, std::chrono::milliseconds timeout, Start start);
   void start_session(std::uint32_t rank, std::uint32_t size, const WorldOptions& options);
   void connect_all();
   void run_connect(const std::vector<std::uint32_t>& peers, std::chrono::steady_clock::time_point deadline, bool ring);
