@@ -515,7 +515,7 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
     throw InvalidArgumentError("the session at " + peer_ip + ":" + std::to_string(ctrl_tcp_port) + " is rank " +
                                std::to_string(rank) + ", not peer_id " + std::to_string(peer_id));
   }
-  wait_peer(rank, o.timeout);
+  wait_ready(rank, o.timeout, true);
   loop_->call([&] { impl_->connected(rank, peer_ip, data_port); });
   return rank;
 }
@@ -533,15 +533,27 @@ std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, C
   const std::uint32_t rank =
       wait_for(*loop_, impl_->ctrl->async_connect(ip, ctrl_port, o.timeout, runtime::asio::use_future), wait_budget(o),
                "connect to " + ip + ":" + std::to_string(ctrl_port));
-  wait_peer(rank, o.timeout);
+  wait_ready(rank, o.timeout, true);
   loop_->call([&] { impl_->connected(rank, ip, std::nullopt); });  // known by the dialled ip; any data port
   return rank;
 }
 
-void Session::wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout) {
+void Session::wait_peer(std::uint32_t rank, std::chrono::milliseconds timeout) { wait_ready(rank, timeout, false); }
+
+// dialled: connect() waits for the data connection of a control connection it made; if that
+// connection is gone already (its data connection was refused), waiting could only time out.
+void Session::wait_ready(std::uint32_t rank, std::chrono::milliseconds timeout, bool dialled) {
   forbid_loop_thread(*loop_, "wait_peer");
   auto f = runtime::async_on_loop<void(std::exception_ptr)>(
-      executor(), runtime::asio::use_future, [impl = impl_, rank, timeout](handler h) mutable {
+      executor(), runtime::asio::use_future, [impl = impl_, rank, timeout, dialled](handler h) mutable {
+        if (dialled && !impl->ready.is_ready(rank) && impl->ctrl) {
+          const std::vector<std::uint32_t> up = impl->ctrl->peers();
+          if (std::find(up.begin(), up.end(), rank) == up.end())
+            return runtime::complete_later(
+                impl->loop.executor(), std::move(h),
+                std::make_exception_ptr(PeerLostError("the data connection to rank " + std::to_string(rank) +
+                                                      " failed while connecting (its reason is in the log)")));
+        }
         impl->ready.async_wait(rank, timeout, [impl, rank, h = std::move(h)](runtime::error_code ec) mutable {
           runtime::complete_later(impl->loop.executor(), std::move(h),
                                   ec ? make_error(ec, "waiting for a data connection to rank " + std::to_string(rank))

@@ -108,6 +108,26 @@ TEST_P(StagingTest, PutAndGetArriveIntactForEverySizeAndPairing) {
   EXPECT_GT(emulation->copies(), 0u);
 }
 
+// put-with-notify through staging: the tag leaves only once the bytes reached the peer's device buffer.
+TEST_P(StagingTest, PutNotifyTagsFollowTheirBytesIntoAStagedBuffer) {
+  const Sides pairings[] = {{MemoryType::NVIDIA_GPU, MemoryType::NVIDIA_GPU},
+                            {MemoryType::NVIDIA_GPU, MemoryType::CPU},
+                            {MemoryType::CPU, MemoryType::NVIDIA_GPU}};
+  for (const Sides& s : pairings) {
+    SCOPED_TRACE(std::string(to_string(s.server)) + " server, " + std::string(to_string(s.client)) + " client");
+    connect(s);
+    for (std::uint64_t round = 0; round < 20; ++round) {
+      const std::size_t n = round % 2 == 0 ? 100 : kChunk + 7;
+      fill(client->buffer(), 0, n, 300 + round);
+      client->put_notify(0, 0, 4096, n, round);
+      EXPECT_EQ(server->ctrl_recv(1, 5s), round);
+      EXPECT_TRUE(holds(server->buffer(), 4096, n, 300 + round)) << round;
+    }
+    client.reset();
+    server.reset();
+  }
+}
+
 TEST_P(StagingTest, BatchesAndPipelinesThroughStagedBuffersOnBothSides) {
   connect({MemoryType::NVIDIA_GPU, MemoryType::NVIDIA_GPU});
   std::vector<Segment> segs;

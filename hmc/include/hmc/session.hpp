@@ -272,6 +272,7 @@ class Session {
   void close();
 
  private:
+  void wait_ready(std::uint32_t rank, std::chrono::milliseconds timeout, bool dialled);
   // One segment travels by value (nothing allocated per operation), a batch as its vector.
   static std::span<const Segment> segments_of(const Segment& s) noexcept { return {&s, 1}; }
   static std::span<const Segment> segments_of(const std::vector<Segment>& v) noexcept { return v; }

@@ -62,7 +62,9 @@ struct StagingTransport::Op {
   explicit Op(Completion d) : done(std::move(d)) {}
 
   std::uint64_t id = 0;
-  OpRequest request;
+  OpRequest request;                // its segments point into `segments` (a request only borrows them)
+  std::vector<Segment> segments;
+  std::vector<std::byte> notify;    // put-with-notify: the message sent once the bytes are in place
   Completion done;
   Device* device = nullptr;  // local memory staged through this device's slots; null: moved directly
   std::byte* local_base = nullptr;
@@ -267,7 +269,14 @@ void StagingTransport::submit(OpRequest request, Completion done) {
       op->local_base = r.base;
     }
   }
-  op->request = std::move(request);
+  op->segments.assign(request.segments.begin(), request.segments.end());
+  if (request.kind == OpKind::put_notify) {  // a staged put, then its message (succeed)
+    op->notify.assign(request.message.begin(), request.message.end());
+    request.kind = OpKind::put;
+    request.message = {};
+  }
+  op->request = request;
+  op->request.segments = op->segments;
   op->deadline = std::make_unique<runtime::asio::steady_timer>(loop_.executor());
   op->deadline->expires_after(options_.timeout);
   op->deadline->async_wait([this, life = std::weak_ptr<int>(life_), id = op->id](error_code ec) {
@@ -340,7 +349,7 @@ void StagingTransport::pump(Op& op) {
       r.rank = o->request.rank;
       r.kind = is_put ? OpKind::put : OpKind::get;
       r.region = d.pool_region;
-      r.segments = {piece};
+      r.segments = std::span<const Segment>(&piece, 1);
       inner_->submit(std::move(r), [this, life, id, slot, is_put, device_at, host_at, n = piece.size,
                                     &d](error_code ec2) {
         if (!life.lock()) return;
@@ -400,7 +409,26 @@ void StagingTransport::wake_waiters(Device& d) {
 void StagingTransport::after_move(Op& op) {
   op.moving = false;
   if (op.request.kind == OpKind::put && op.remote_staged) return send_requests(op, StageKind::stage_in);
-  finish(op, {});
+  succeed(op);
+}
+
+// The bytes are where they belong; a put-with-notify sends its message only now, so the peer never
+// sees it before them.
+void StagingTransport::succeed(Op& op) {
+  if (op.notify.empty()) return finish(op, {});
+  OpRequest r;
+  r.rank = op.request.rank;
+  r.kind = OpKind::message;
+  r.message = op.notify;
+  ++op.active;
+  inner_->submit(std::move(r), [this, life = std::weak_ptr<int>(life_), id = op.id](error_code ec) {
+    if (!life.lock()) return;
+    Op* o = find_op(id);
+    if (o == nullptr) return;
+    --o->active;
+    finish(*o, ec);
+    maybe_free(*o);
+  });
 }
 
 void StagingTransport::send_requests(Op& op, StageKind kind) {
@@ -408,10 +436,11 @@ void StagingTransport::send_requests(Op& op, StageKind kind) {
     const std::uint64_t rid = next_request_++;
     requests_[rid] = {op.request.rank, op.id};
     ++op.answers;
+    const std::vector<std::byte> bytes = encode_stage_message(StageMessage{kind, rid, s.remote_offset, s.size, 0});
     OpRequest r;
     r.rank = op.request.rank;
     r.kind = OpKind::message;
-    r.message = encode_stage_message(StageMessage{kind, rid, s.remote_offset, s.size, 0});
+    r.message = bytes;
     inner_->submit(std::move(r), [this, life = std::weak_ptr<int>(life_), rank = op.request.rank, rid](error_code ec) {
       if (ec && life.lock()) answered(rank, StageMessage{StageKind::answer, rid, 0, 0, status_of(ec)});
     });
@@ -428,7 +457,7 @@ void StagingTransport::answered(std::uint32_t rank, const StageMessage& m) {
   if (m.status != 0) return finish(*op, from_status(m.status)), maybe_free(*op);
   if (--op->answers != 0) return;
   if (op->moving || op->request.kind == OpKind::put)
-    finish(*op, {});
+    succeed(*op);
   else
     begin_move(*op);
   maybe_free(*op);
@@ -466,10 +495,11 @@ void StagingTransport::serve(std::uint32_t rank, const StageMessage& m) {
 
 void StagingTransport::send(std::uint32_t rank, const StageMessage& m) {
   if (inner_->peer(rank) == nullptr) return;  // gone meanwhile: nobody waits for the answer
+  const std::vector<std::byte> bytes = encode_stage_message(m);
   OpRequest r;
   r.rank = rank;
   r.kind = OpKind::message;
-  r.message = encode_stage_message(m);
+  r.message = bytes;
   inner_->submit(std::move(r), [rank](error_code ec) {
     if (ec) log().debug("staging answer to rank {} not sent: {}", rank, ec.message());
   });

@@ -90,6 +90,7 @@ class StagingTransport final : public Transport {
   void pump(Op& op);
   void piece_done(Op& op, std::size_t slot, error_code ec);
   void after_move(Op& op);
+  void succeed(Op& op);
   void send_requests(Op& op, StageKind kind);
   void answered(std::uint32_t rank, const StageMessage& m);
   void serve(std::uint32_t rank, const StageMessage& m);

@@ -54,13 +54,17 @@ void Connector::start() {
 }
 
 void Connector::stop() {
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    first = !stopping_;
     stopping_ = true;
     jobs_.clear();
   }
   cv_.notify_all();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  // The session only once: the destructor's call may come after the owner destroyed it.
+  if (!first) return;
   asio::post(session_.executor(), [weak = weak_from_this()] {
     if (auto self = weak.lock()) self->stopped_ = true;
   });
