@@ -13,6 +13,7 @@
 #include "hmc/runtime/async_ready_set.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
+#include "detail/byte_order.hpp"
 #include "transport/fast_message.hpp"
 #include "staging/device_copier.hpp"
 #include "staging/staging_transport.hpp"
@@ -159,14 +160,16 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       log().error("rank {} sent a malformed fast-path control message; disconnecting it", rank);
       return peer_down(rank);
     }
+    ++fast_received[rank];
     if (fast_recv.count(rank) != 0) {
       ctrl->deliver(rank, std::move(*m));
     } else if (fast_early[rank].size() < kMaxEarly) {
       fast_early[rank].push_back(std::move(*m));
     } else {
       log().error("rank {} sent over {} fast-path messages before its SWITCH; disconnecting it", rank, kMaxEarly);
-      peer_down(rank);
+      return peer_down(rank);
     }
+    if (departing.count(rank) != 0) depart_when_ready(rank);
   }
 
   void fast_switch(std::uint32_t rank) {
@@ -180,6 +183,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   // A second one for a live peer is a protocol violation: it would tear down a working connection
   // (and its operations) on the peer's say-so, so the offender is disconnected instead.
   void peer_info(std::uint32_t rank, const CtrlMessage& m) {
+    if (m.bytes().size() == kBye.size() + 8 && std::equal(kBye.begin(), kBye.end(), m.bytes().begin()))
+      return bye(rank, detail::load_le64(m.bytes().data() + kBye.size()));
     if (closed || !transport) return;
     if (m.bytes().size() == kSwitch.size() && std::equal(kSwitch.begin(), kSwitch.end(), m.bytes().begin()))
       return fast_switch(rank);
@@ -208,6 +213,11 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     fast_send.erase(rank);
     fast_recv.erase(rank);
     fast_early.erase(rank);
+    fast_sent.erase(rank);
+    fast_received.erase(rank);
+    bye_seen.erase(rank);
+    departing.erase(rank);
+    if (goodbye_waiting.erase(rank) != 0) maybe_finish_close();
     dialed.erase(rank);
     if (transport) transport->remove_peer(rank, make_error_code(Status::PEER_LOST));
     if (ctrl) ctrl->disconnect(rank);
@@ -353,15 +363,126 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     return nullptr;
   }
 
-  void close_on_loop() {
-    if (closed) return;
-    closed = true;
+  // Graceful close (docs/design.md "Closing"). The closer flushes what it sent to each peer, then
+  // says BYE with the number of fast-path messages it sent; an open peer flushes its side, waits
+  // for those messages, drops the data connection and answers BYE. Connections are torn down only
+  // once every peer answered (or was lost, or kGoodbyeBudget passed): nobody's flush meets a
+  // vanished peer, and no message is overtaken by the closing control socket.
+  void start_close(Session::handler h) {
+    if (close_done) return runtime::complete_later(loop.executor(), std::move(h), std::exception_ptr{});
+    close_waiters.push_back(std::move(h));
+    if (closing) return;
+    closing = true;
+    closed = true;  // no new operation, peer or waiter from here
     ready.close(make_error_code(Status::CLOSED));
     while (!address_waiters.empty())
       finish_waiter(address_waiters.begin()->first,
                     std::make_exception_ptr(ClosedError("the session closed while waiting for a peer")), 0);
+    if (!ctrl) return close_on_loop();
+    goodbye_timer = std::make_unique<runtime::asio::steady_timer>(loop.executor(), kGoodbyeBudget);
+    goodbye_timer->async_wait([weak = weak_from_this()](runtime::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->goodbye_timer == nullptr) return;
+      log().info("close: {} peer(s) did not answer the goodbye within {} ms", self->goodbye_waiting.size(),
+                 kGoodbyeBudget.count());
+      self->close_on_loop();
+    });
+    for (std::uint32_t rank : ctrl->peers()) {
+      if (bye_seen.count(rank) == 0) goodbye_waiting.insert(rank);
+      ++goodbye_unsent;
+      flush_then(rank, [weak = weak_from_this(), rank] {
+        if (auto self = weak.lock()) self->send_bye(rank, [weak] {
+          if (auto s = weak.lock(); s && s->goodbye_unsent > 0) {
+            --s->goodbye_unsent;
+            s->maybe_finish_close();
+          }
+        });
+      });
+    }
+    maybe_finish_close();
+  }
+
+  void maybe_finish_close() {
+    if (closing && goodbye_timer != nullptr && goodbye_waiting.empty() && goodbye_unsent == 0) close_on_loop();
+  }
+
+  // Immediate close: what is still in flight fails with ClosedError. Waiters hear of it once.
+  void close_on_loop() {
+    if (!closed) {
+      closed = true;
+      ready.close(make_error_code(Status::CLOSED));
+      while (!address_waiters.empty())
+        finish_waiter(address_waiters.begin()->first,
+                      std::make_exception_ptr(ClosedError("the session closed while waiting for a peer")), 0);
+    }
+    close_done = true;
+    goodbye_timer.reset();
+    goodbye_waiting.clear();
+    departing.clear();
     if (ctrl) ctrl->close();
     transport.reset();  // fails what is in flight with ClosedError and closes every endpoint
+    for (auto& h : std::exchange(close_waiters, {}))
+      runtime::complete_later(loop.executor(), std::move(h), std::exception_ptr{});
+  }
+
+  // Runs `then` once everything sent to `rank` so far is complete at the peer (at once without a
+  // data connection; also when the flush fails: the peer is then gone or going).
+  void flush_then(std::uint32_t rank, std::function<void()> then) {
+    if (!transport || transport->peer(rank) == nullptr || !ready.is_ready(rank)) return then();
+    OpRequest flush;
+    flush.rank = rank;
+    flush.kind = OpKind::flush;
+    transport->submit(flush, [then = std::move(then)](runtime::error_code) { then(); });
+  }
+
+  void send_bye(std::uint32_t rank, std::function<void()> sent) {
+    std::array<std::byte, kBye.size() + 8> wire{};
+    std::copy(kBye.begin(), kBye.end(), wire.begin());
+    auto it = fast_sent.find(rank);
+    detail::store_le64(wire.data() + kBye.size(), it == fast_sent.end() ? 0 : it->second);
+    fast_send.erase(rank);  // nothing may follow the BYE on the fast path
+    ctrl->async_send(rank, CtrlMessage::from_transport(wire), [sent = std::move(sent)](std::exception_ptr) { sent(); });
+  }
+
+  // A peer's BYE: its answer to ours, or its own close. One per connection; more are ignored.
+  void bye(std::uint32_t rank, std::uint64_t fast_messages) {
+    if (!bye_seen.insert(rank).second) return;
+    log().debug("rank {} says goodbye after {} fast-path messages", rank, fast_messages);
+    if (closing) {
+      if (goodbye_waiting.erase(rank) != 0) maybe_finish_close();
+      return;
+    }
+    if (closed || !ctrl) return;
+    Departure& d = departing[rank];
+    d.expected = fast_messages;
+    d.timer = std::make_unique<runtime::asio::steady_timer>(loop.executor(), kGoodbyeBudget);
+    d.timer->async_wait([weak = weak_from_this(), rank](runtime::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->departing.count(rank) == 0) return;
+      log().warn("rank {} said goodbye but {} of its fast-path messages never came", rank,
+                 self->departing.at(rank).expected - self->fast_received[rank]);
+      self->depart(rank);
+    });
+    flush_then(rank, [weak = weak_from_this(), rank] {
+      auto self = weak.lock();
+      if (!self || self->departing.count(rank) == 0) return;
+      self->departing.at(rank).flushed = true;
+      self->depart_when_ready(rank);
+    });
+  }
+
+  void depart_when_ready(std::uint32_t rank) {
+    const Departure& d = departing.at(rank);
+    if (d.flushed && fast_received[rank] >= d.expected) depart(rank);
+  }
+
+  // Everything the departing peer sent has arrived and ours to it is flushed: drop its data
+  // connection (its control connection ends when it closes) and answer, which lets it close.
+  void depart(std::uint32_t rank) {
+    departing.erase(rank);
+    ready.fail(rank, make_error_code(Status::PEER_LOST));
+    if (transport) transport->remove_peer(rank, make_error_code(Status::PEER_LOST));
+    if (ctrl) send_bye(rank, [] {});
   }
 
   runtime::EventLoop& loop;
@@ -382,6 +503,23 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::uint16_t data_port = 0;
   std::uint16_t ctrl_port = 0;
   bool closed = false;
+
+  // The goodbye (start_close): BYE, then the number of fast-path messages sent on this connection.
+  static constexpr std::array<std::byte, 4> kBye{std::byte{'H'}, std::byte{'M'}, std::byte{'C'}, std::byte{'B'}};
+  static constexpr std::chrono::milliseconds kGoodbyeBudget{2000};  // a silent peer delays a close by this much
+  struct Departure {
+    std::uint64_t expected = 0;  // fast-path messages its BYE announced
+    bool flushed = false;        // ours to it are complete at it
+    std::unique_ptr<runtime::asio::steady_timer> timer;
+  };
+  std::map<std::uint32_t, std::uint64_t> fast_sent, fast_received;  // per connection
+  std::set<std::uint32_t> bye_seen;                                 // one BYE per connection counts
+  std::map<std::uint32_t, Departure> departing;                     // peers closing while we stay
+  bool closing = false, close_done = false;
+  std::set<std::uint32_t> goodbye_waiting;  // peers whose BYE our close waits for
+  std::size_t goodbye_unsent = 0;           // our BYEs not yet written
+  std::unique_ptr<runtime::asio::steady_timer> goodbye_timer;
+  std::vector<Session::handler> close_waiters;
 };
 
 }  // namespace detail
@@ -647,6 +785,7 @@ void Session::start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl
         });
   }
   const std::vector<std::byte> wire = detail::encode_fast_message(message);
+  ++impl->fast_sent[peer];
   detail::OpRequest request;
   request.rank = peer;
   request.kind = detail::OpKind::put_notify;
@@ -807,6 +946,7 @@ void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, 
                                                        " bytes exceed the maximum control message of " +
                                                        std::to_string(impl->opts.ctrl.max_frame_length))));
     const std::vector<std::byte> wire = detail::encode_fast_message(m);
+    ++impl->fast_sent[peer];
     detail::OpRequest request;
     request.rank = peer;
     request.kind = detail::OpKind::message;
@@ -862,7 +1002,19 @@ void Session::disconnect(std::uint32_t peer) {
   loop_->call([&] { impl_->peer_down(peer); });
 }
 
+void Session::start_close(const std::shared_ptr<detail::SessionImpl>& impl, handler h) {
+  impl->start_close(std::move(h));
+}
+
 void Session::close() {
+  // On the loop thread nobody could run the goodbye while this waits: close at once.
+  if (loop_->in_loop_thread()) return impl_->close_on_loop();
+  try {
+    wait_for(*loop_, async_close(runtime::asio::use_future),
+             detail::SessionImpl::kGoodbyeBudget + std::chrono::seconds(1), "close");
+  } catch (const TimeoutError&) {
+    detail::log().warn("close: the goodbye did not finish; closing at once");
+  }
   loop_->call([&] { impl_->close_on_loop(); });
 }
 

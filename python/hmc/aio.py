@@ -30,8 +30,8 @@ class AsyncSession(Session):
     """Takes the same arguments as hmc.create_session; use `async with`."""
 
     _notify = True  # operations started here are drained by the event loop
-    # "caller" (in-thread) measures fastest, but stays opt-in for now: see Session._default_progress_thread.
-    _default_progress_thread = "own"
+    # The asyncio thread drives the session: no HMC thread, no hop (docs/design.md "Who drives the session").
+    _default_progress_thread = "caller"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -132,9 +132,9 @@ class Session(ReferenceSession):
     """One registered buffer, a control channel and UCX endpoints to peers (see create_session)."""
 
     _notify = False  # blocking operations are waited for, not announced to an event loop
-    # "shared" measures fastest, but stays opt-in until a reply sent right before close() can no
-    # longer be lost to the peer (docs/design.md "Python package", "Who drives the session").
-    _default_progress_thread = "own"
+    # Blocking calls drive the session on the caller's thread; a keeper thread covers idle spells
+    # (docs/design.md "Python package", "Who drives the session").
+    _default_progress_thread = "shared"
 
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
                  local_ip=None, *, progress_mode="adaptive", progress_thread=None, ucx_tls=None, ucx_net_devices=None, timeout=30.0,

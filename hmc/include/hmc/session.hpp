@@ -269,6 +269,14 @@ class Session {
 
   // Drops one peer (its operations fail with PeerLostError); close() drops all and stops the loop.
   void disconnect(std::uint32_t peer);
+  // Closes after a goodbye with every peer (docs/design.md "Closing"): what this session sent is
+  // complete at its peers first, and each peer has what it needs before the connections go; a
+  // silent peer delays it by 2 s at most. From the loop thread close() closes at once.
+  template <class Token = default_token>
+  auto async_close(Token&& token = default_token{}) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token), [impl = impl_](handler h) mutable { start_close(impl, std::move(h)); });
+  }
   void close();
 
  private:
@@ -302,6 +310,7 @@ class Session {
                                        std::uint64_t region, Segment segment, CtrlMessage message, handler h);
   static void start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
                               handler h);
+  static void start_close(const std::shared_ptr<detail::SessionImpl>& impl, handler h);
   static void start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
                               std::chrono::milliseconds timeout,
                               runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h);

@@ -253,7 +253,7 @@ std::size_t StagingTransport::region_size(std::uint64_t id) const {
 void StagingTransport::submit(OpRequest request, Completion done) {
   const bool local_staged = (request.region == 0 && mirror_) || regions_.count(request.region) != 0;
   const bool remote_staged = staged_peers_.count(request.rank) != 0;
-  if (request.kind == OpKind::message || (!local_staged && !remote_staged))
+  if (request.kind == OpKind::message || request.kind == OpKind::flush || (!local_staged && !remote_staged))
     return inner_->submit(std::move(request), std::move(done));
   auto op = std::make_unique<Op>(std::move(done));
   op->id = next_op_++;

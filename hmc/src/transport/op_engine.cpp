@@ -131,6 +131,8 @@ void OpEngine::start(Op* op) {
   }
   if (op->kind == OpKind::message) {
     post_message(op);
+  } else if (op->kind == OpKind::flush) {
+    request_flush(op);
   } else if (op->pipeline) {
     post_chunks(op);
   } else {

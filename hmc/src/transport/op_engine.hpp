@@ -59,7 +59,8 @@ class OpPoster {
 };
 
 // put_notify: put the segments, then a fast-path message the peer sees only after their bytes.
-enum class OpKind : std::uint8_t { put, get, message, put_notify };
+// flush: completes once everything posted to the peer before it is complete at the peer.
+enum class OpKind : std::uint8_t { put, get, message, put_notify, flush };
 
 // One operation as the Session submits it (validated already). The spans are read during submit()
 // only: the engine copies them into its pooled record (no allocation per operation once warm).

@@ -1,11 +1,18 @@
 #include "ucx/ucx_context.hpp"
 
+#include <ucs/debug/log_def.h>
+
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "hmc/error.hpp"
+#include "hmc/runtime/log.hpp"
 
 namespace hmc::detail {
 
@@ -18,9 +25,33 @@ bool may_use_tcp(const std::string& tls) {
   return list.empty() || list.find("tcp") != std::string::npos || list.find("all") != std::string::npos ||
          list[0] == '^';
 }
+spdlog::level::level_enum level_of(ucs_log_level_t l) {
+  switch (l) {
+    case UCS_LOG_LEVEL_FATAL:
+    case UCS_LOG_LEVEL_ERROR: return spdlog::level::err;
+    case UCS_LOG_LEVEL_WARN: return spdlog::level::warn;
+    case UCS_LOG_LEVEL_DIAG:
+    case UCS_LOG_LEVEL_INFO: return spdlog::level::info;
+    case UCS_LOG_LEVEL_DEBUG: return spdlog::level::debug;
+    default: return spdlog::level::trace;
+  }
+}
+
+// UCX's own messages join ours (stderr or the user's log hook) instead of the program's stdout.
+// UCX filters by UCX_LOG_LEVEL before calling this; it may call from its async thread.
+ucs_log_func_rc_t ucx_log_to_hmc(const char* file, unsigned line, const char*, ucs_log_level_t level,
+                                 const ucs_log_component_config_t*, const char* format, va_list ap) {
+  char text[1024];
+  std::vsnprintf(text, sizeof text, format, ap);
+  const char* base = std::strrchr(file, '/');
+  runtime::log().log(level_of(level), "UCX {}:{} {}", base != nullptr ? base + 1 : file, line, text);
+  return UCS_LOG_FUNC_RC_STOP;
+}
 }  // namespace
 
 std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options) {
+  static std::once_flag routed;
+  std::call_once(routed, [] { ucs_log_push_handler(&ucx_log_to_hmc); });
   ucp_config_t* config = nullptr;
   if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) throw Error(Status::ERROR, "ucp_config_read failed");
   std::vector<std::pair<std::string, std::string>> settings;

@@ -92,10 +92,12 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext>
   hp.cb = &UcxTransport::on_active_message;
   hp.arg = this;
   check_ucs(ucp_worker_set_am_recv_handler(worker_, &hp), "ucp_worker_set_am_recv_handler");
-  shm_domain_ = UcxPeerInfo::local_shm_domain();
   worker_address_ = worker_address(worker_, false);
   // Peers that cannot share our memory get this one: UCX then never tries shared memory with them.
   net_worker_address_ = worker_address(worker_, true);
+  // A worker without shared-memory transports (UCX_TLS=tcp) shares memory with nobody: its peers
+  // then get UCX's peer-failure mode, which shared memory would refuse (add_peer).
+  if (worker_address_ != net_worker_address_) shm_domain_ = UcxPeerInfo::local_shm_domain();
 
   // A buffer UCX allocated is registered already (and shareable); anything else is mapped here.
   const auto* ucx_memory = dynamic_cast<const UcxHostMemory*>(&buffer_.memory());
