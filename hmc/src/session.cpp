@@ -402,8 +402,12 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     maybe_finish_close();
   }
 
+  // Posted: this may run inside a transport callback (a peer failed), which must not destroy it.
   void maybe_finish_close() {
-    if (closing && goodbye_timer != nullptr && goodbye_waiting.empty() && goodbye_unsent == 0) close_on_loop();
+    if (!closing || goodbye_timer == nullptr || !goodbye_waiting.empty() || goodbye_unsent != 0) return;
+    runtime::asio::post(loop.executor(), [weak = weak_from_this()] {
+      if (auto self = weak.lock(); self && !self->close_done) self->close_on_loop();
+    });
   }
 
   // Immediate close: what is still in flight fails with ClosedError. Waiters hear of it once.
