@@ -25,12 +25,15 @@
 namespace hmc::detail {
 
 struct VerbsOptions {
+  static constexpr std::size_t kDefaultStripeMin = std::size_t{64} << 10;
+
   EngineOptions engine;
   std::size_t max_message = (16u << 20) + 1;  // a larger fast-path message disconnects its sender
   std::string device;          // RDMA device name; empty: HMC_RDMA_DEVICE, else the first one listed
   int port = 0;                // 0: HMC_RDMA_PORT, else 1
   int gid_index = -1;          // RoCE GID index; -1: HMC_RDMA_GID_INDEX, else 0
   std::size_t num_chs = 1;     // RC QPs per peer (operations are spread over them round robin)
+  std::size_t stripe_min = kDefaultStripeMin;  // a segment this large is cut into one piece per QP
   std::uint32_t sq_depth = 256;        // send work requests per QP; more wait in the QP's backlog
   std::uint32_t recv_slots = 32;       // receive buffers per QP for fast-path messages
   std::uint32_t slot_size = 4096;      // bytes per receive / send buffer (messages are fragmented)
@@ -126,7 +129,10 @@ class VerbsTransport final : public Transport, private OpPoster {
   void drain_backlogs();
   void handle(const ibv_wc& wc);
   void handle_recv(Peer& p, Qp& q, const ibv_wc& wc);
+  void post_piece(Peer& p, Qp& q, bool is_put, std::uint64_t local, std::uint32_t lkey, std::uint64_t remote,
+                  std::size_t size, std::uint64_t wr_id);
   void report(std::uint64_t wr_id, error_code ec);
+  void release_gather(std::uint64_t id, error_code ec);
   void release_notify(std::uint64_t id, error_code ec);
   Wr flush_read(const Peer& p, std::uint64_t wr_id) const;
   void peer_error(Peer& p, error_code ec);
@@ -160,7 +166,15 @@ class VerbsTransport final : public Transport, private OpPoster {
   std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
   std::list<std::unique_ptr<Peer>> closing_;  // QPs in the error state, waiting for their flushed completions
   std::unordered_map<std::uint32_t, std::pair<Peer*, std::size_t>> qp_owner_;  // qp_num -> (peer, channel)
-  std::unordered_map<Token, std::pair<std::size_t, error_code>> flushes_;  // flush token -> QPs left, first error
+  // One engine post carried by several work requests on different QPs (a flush on every dirty QP,
+  // the pieces of a striped segment): reported once, when all are back, with the first error.
+  struct Gather {
+    Token token = kNoToken;
+    std::size_t left = 0;
+    error_code error;
+  };
+  std::unordered_map<std::uint64_t, Gather> gathers_;  // by the work requests' id (a flush token, or a stripe id)
+  std::uint64_t next_stripe_id_ = 0;
   // A notify whose puts went over other channels than 0: its SEND waits for their flush READs.
   struct HeldNotify {
     std::uint32_t rank = 0;
