@@ -398,22 +398,28 @@ TEST_P(VerbsStriping, PutsAndGetsAroundTheThresholdMoveEveryByte) {
 }
 
 TEST_P(VerbsStriping, PutNotifyTagsFollowEveryPieceOfAStripedPut) {
-  // Eight striped put_notify in flight at a time, each to its own region; every tag finds every
-  // byte of its region, whichever QP carried which piece.
-  constexpr std::size_t kRegion = 3 * kMin + 1;
-  for (std::uint64_t round = 0; round < 12; ++round) {
-    std::vector<std::future<void>> ops;
-    for (std::uint64_t k = 0; k < 8; ++k) {
-      fill(client->buffer(), k * kRegion, kRegion, round * 8 + k);
-      ops.push_back(client->async_put_notify(0, k * kRegion, k * kRegion, kRegion,
-                                             CtrlMessage::from_tag(round * 8 + k), runtime::asio::use_future));
+  // Eight put_notify in flight at a time, each to its own region and each followed by a ctrl_send:
+  // every tag finds every byte of its region, whichever QP carried which piece, and messages keep
+  // their posting order. Striped regions make every notify wait for flush READs; regions under the
+  // threshold take the QPs in turn, so notifies that wait and notifies that need not alternate.
+  for (const std::size_t region : {3 * kMin + 1, kMin / 2 + 1}) {
+    for (std::uint64_t round = 0; round < 12; ++round) {
+      std::vector<std::future<void>> ops;
+      for (std::uint64_t k = 0; k < 8; ++k) {
+        const std::uint64_t tag = round * 8 + k;
+        fill(client->buffer(), k * region, region, tag);
+        ops.push_back(client->async_put_notify(0, k * region, k * region, region, CtrlMessage::from_tag(tag),
+                                               runtime::asio::use_future));
+        ops.push_back(client->async_ctrl_send(0, CtrlMessage::from_tag(tag | 1u << 31), runtime::asio::use_future));
+      }
+      for (std::uint64_t k = 0; k < 8; ++k) {
+        const std::uint64_t tag = server->ctrl_recv(1, 5s);
+        EXPECT_EQ(tag, round * 8 + k) << region;
+        EXPECT_TRUE(holds(server->buffer(), (tag % 8) * region, region, tag)) << region << " " << tag;
+        EXPECT_EQ(server->ctrl_recv(1, 5s), (round * 8 + k) | 1u << 31) << region;
+      }
+      for (auto& op : ops) op.get();
     }
-    for (std::uint64_t k = 0; k < 8; ++k) {
-      const std::uint64_t tag = server->ctrl_recv(1, 5s);
-      EXPECT_EQ(tag, round * 8 + k);
-      EXPECT_TRUE(holds(server->buffer(), (tag % 8) * kRegion, kRegion, tag)) << tag;
-    }
-    for (auto& op : ops) op.get();
   }
 }
 

@@ -243,6 +243,8 @@ std::unique_ptr<VerbsTransport::Peer> VerbsTransport::make_peer(std::uint32_t ra
 }
 
 void VerbsTransport::destroy_peer(Peer& p) {
+  for (const Held& h : p.held) held_by_id_.erase(h.id);
+  p.held.clear();
   for (Qp& q : p.qps) {
     for (const Posted& r : q.posted)
       if (r.slot >= 0) free_slots_.push_back(static_cast<std::uint32_t>(r.slot));
@@ -523,9 +525,15 @@ PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std:
   Peer* p = live(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   if (bytes.empty() || bytes.size() > options_.max_message) return {make_error_code(Status::INVALID_ARGUMENT), false};
+  if (p->held.empty()) return send_message(*p, bytes, token);
+  p->held.push_back(Held{0, bytes, token, 0, {}});  // an earlier notify waits for its flush: after it
+  return {{}, token != kNoToken};
+}
+
+PostResult VerbsTransport::send_message(Peer& p, std::span<const std::byte> bytes, Token token) {
   // Messages go on channel 0 only: one QP keeps them in order. Each fragment is signalled so
   // that its send buffer comes back even when nothing else is sent.
-  Qp& q = p->qps.front();
+  Qp& q = p.qps.front();
   for (std::size_t off = 0; off < bytes.size();) {
     const bool first = off == 0;
     const std::size_t n = std::min<std::size_t>(bytes.size() - off, options_.slot_size - (first ? 4 : 0));
@@ -538,7 +546,7 @@ PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std:
     off += n;
     w.wr_id = off == bytes.size() && token != kNoToken ? token : kRetire;
     w.signalled = true;
-    enqueue(*p, q, w);
+    enqueue(p, q, w);
   }
   return {{}, token != kNoToken};
 }
@@ -554,7 +562,8 @@ PostResult VerbsTransport::post_notify(std::uint32_t rank, std::span<const std::
   for (const Qp& q : p->qps) dirty += q.dirty ? 1 : 0;
   if (dirty == 0) return post_message(rank, bytes, token);
   const std::uint64_t id = kNotifyFlush | (next_notify_id_++ & kNumber);
-  held_notifies_[id] = HeldNotify{rank, bytes, token, dirty, {}};
+  p->held.push_back(Held{id, bytes, token, dirty, {}});
+  held_by_id_[id] = p;
   for (Qp& q : p->qps) {
     if (!q.dirty) continue;
     q.dirty = false;
@@ -640,16 +649,28 @@ void VerbsTransport::release_gather(std::uint64_t id, error_code ec) {
 }
 
 void VerbsTransport::release_notify(std::uint64_t id, error_code ec) {
-  auto it = held_notifies_.find(id);
-  if (it == held_notifies_.end()) return;
-  HeldNotify& h = it->second;
-  if (ec && !h.error) h.error = ec;
-  if (--h.left != 0) return;
-  const HeldNotify done = h;
-  held_notifies_.erase(it);
-  PostResult r{done.error, false};
-  if (!r.error) r = post_message(done.rank, done.message, done.token);
-  if (r.error && done.token != kNoToken) engine_->completed(done.token, r.error);
+  auto it = held_by_id_.find(id);
+  if (it == held_by_id_.end()) return;
+  Peer& p = *it->second;
+  for (Held& h : p.held) {
+    if (h.id != id) continue;
+    if (ec && !h.error) h.error = ec;
+    if (--h.left == 0) held_by_id_.erase(it);
+    break;
+  }
+  release_held(p);
+}
+
+void VerbsTransport::release_held(Peer& p) {
+  // In order: a message leaves only once every notify before it could (a removed peer's fail).
+  while (!p.held.empty() && p.held.front().left == 0) {
+    const Held h = p.held.front();
+    p.held.pop_front();
+    PostResult r{h.error, false};
+    if (!r.error && p.closing) r.error = make_error_code(Status::PEER_LOST);
+    if (!r.error) r = send_message(p, h.message, h.token);
+    if (r.error && h.token != kNoToken) engine_->completed(h.token, r.error);  // may post more: nothing held across it
+  }
 }
 
 void VerbsTransport::peer_error(Peer& p, error_code ec) {

@@ -90,6 +90,15 @@ class VerbsTransport final : public Transport, private OpPoster {
     bool signalled = false;
     std::int64_t slot = -1;  // a send buffer this work request reads
   };
+  // A message to a peer that waits for a notify's flush READs (its own, or an earlier message's):
+  // messages leave in posting order.
+  struct Held {
+    std::uint64_t id = 0;                // the flush READs' internal id; 0: a message behind one
+    std::span<const std::byte> message;  // the engine keeps it alive until `token` is reported
+    Token token = kNoToken;
+    std::size_t left = 0;                // flush READs not back yet
+    error_code error;
+  };
   struct Qp {
     ibv_qp* qp = nullptr;
     std::deque<Posted> posted;  // in the send queue and not known complete, in posting order
@@ -112,6 +121,7 @@ class VerbsTransport final : public Transport, private OpPoster {
     error_code error;           // the first error completion's meaning
     std::vector<std::byte> partial;  // a fast-path message being reassembled
     std::size_t expected = 0;
+    std::deque<Held> held;           // bounded by the engine's max_inflight
   };
 
   // OpPoster
@@ -133,7 +143,9 @@ class VerbsTransport final : public Transport, private OpPoster {
                   std::size_t size, std::uint64_t wr_id);
   void report(std::uint64_t wr_id, error_code ec);
   void release_gather(std::uint64_t id, error_code ec);
+  PostResult send_message(Peer& p, std::span<const std::byte> bytes, Token token);
   void release_notify(std::uint64_t id, error_code ec);
+  void release_held(Peer& p);
   Wr flush_read(const Peer& p, std::uint64_t wr_id) const;
   void peer_error(Peer& p, error_code ec);
   void finish_failures();
@@ -176,14 +188,7 @@ class VerbsTransport final : public Transport, private OpPoster {
   std::unordered_map<std::uint64_t, Gather> gathers_;  // by the work requests' id (a flush token, or a stripe id)
   std::uint64_t next_stripe_id_ = 0;
   // A notify whose puts went over other channels than 0: its SEND waits for their flush READs.
-  struct HeldNotify {
-    std::uint32_t rank = 0;
-    std::span<const std::byte> message;  // the engine keeps it alive until `token` is reported
-    Token token = kNoToken;
-    std::size_t left = 0;
-    error_code error;
-  };
-  std::unordered_map<std::uint64_t, HeldNotify> held_notifies_;  // by the flush READs' internal id
+  std::unordered_map<std::uint64_t, Peer*> held_by_id_;  // the flush READs' internal id -> its peer
   std::uint64_t next_notify_id_ = 0;
   std::size_t cq_used_ = 0;
   std::size_t hellos_ = 0;  // connection probes in flight
