@@ -11,7 +11,7 @@ import time
 from . import _args, _payload
 from ._enums import ConnType, MemoryType
 from ._errors import InvalidArgumentError, NotConnectedError, TimeoutError
-from ._hmc import Core, memory_available
+from ._hmc import MAX_NUM_CHS, Core, memory_available
 from ._reference import ReferenceBuffer, ReferenceSession, memory_type_from_torch_tensor
 from .future import Future
 
@@ -143,7 +143,7 @@ class Session(ReferenceSession):
         device_id = _args.integer(device_id, "device_id", 0, (1 << 31) - 1)
         size = _args.buffer_size(buffer_size)
         mem = _args.mem_type(mem_type)
-        self.num_chs = _args.integer(num_chs, "num_chs", 1, 1 << 16)  # the reference's; UCX uses one endpoint
+        self.num_chs = _args.integer(num_chs, "num_chs", 1, MAX_NUM_CHS)  # RDMA: QPs per peer; UCX: one endpoint
         local_ip = None if local_ip in (None, "") else _args.ip(local_ip, "local_ip")
         if progress_mode not in ("adaptive", "event", "poll", "hybrid"):
             raise InvalidArgumentError(
@@ -159,7 +159,8 @@ class Session(ReferenceSession):
                           _args.text(ucx_tls, "ucx_tls"),
                           _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
                           _args.text(ctrl_uds_dir, "ctrl_uds_dir"), **_security(
-                              auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca))
+                              auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca),
+                          num_chs=self.num_chs)
         self.buf = IOBuffer(self._core)
         self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)
         self._issued_lock = threading.Lock()

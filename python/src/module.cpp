@@ -35,6 +35,9 @@ using Seconds = std::optional<double>;
 // from boot (~292 years), and callers add a little slack to a timeout.
 constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
 
+// RC QPs per RDMA peer (SessionOptions::num_chs): the verbs bootstrap message carries at most 64.
+constexpr std::size_t kMaxNumChs = 64;
+
 // User seconds -> milliseconds: NaN and negatives refused (naming the argument), inf = kForever.
 std::chrono::milliseconds to_ms(double seconds, const char* name) {
   const auto ms = runtime::seconds_to_ms(seconds);
@@ -206,7 +209,7 @@ class Core {
        const std::string& progress_thread, std::string ucx_tls, std::string ucx_net_devices, double timeout_s, std::string uds_dir,
        std::optional<std::string> auth_key, bool authenticate, std::optional<double> heartbeat_interval_s,
        std::optional<std::uint32_t> heartbeat_misses, std::optional<std::string> tls_cert,
-       std::optional<std::string> tls_key, std::optional<std::string> tls_ca) {
+       std::optional<std::string> tls_key, std::optional<std::string> tls_ca, std::size_t num_chs) {
     SessionOptions o;
     o.buffer_size = buffer_size;
     o.mem_type = static_cast<MemoryType>(mem_type);
@@ -243,6 +246,8 @@ class Core {
     if (tls_cert) o.ctrl.tls_cert = std::move(*tls_cert);
     if (tls_key) o.ctrl.tls_key = std::move(*tls_key);
     if (tls_ca) o.ctrl.tls_ca = std::move(*tls_ca);
+    if (num_chs == 0 || num_chs > kMaxNumChs) throw InvalidArgumentError("num_chs must be 1.." + std::to_string(kMaxNumChs));
+    o.num_chs = num_chs;
     py::gil_scoped_release release;
     session_ = std::make_unique<Session>(std::move(o));
     life_->session = session_.get();
@@ -576,12 +581,13 @@ PYBIND11_MODULE(_hmc, m) {
                     std::string, double,
                     std::string, std::optional<std::string>, bool, std::optional<double>,
                     std::optional<std::uint32_t>, std::optional<std::string>, std::optional<std::string>,
-                    std::optional<std::string>>(),
+                    std::optional<std::string>, std::size_t>(),
            py::arg("buffer_size"), py::arg("mem_type"), py::arg("device_id"), py::arg("local_ip"),
            py::arg("progress_mode"), py::arg("progress_thread"), py::arg("ucx_tls"), py::arg("ucx_net_devices"), py::arg("timeout"),
            py::arg("uds_dir"), py::arg("auth_key") = py::none(), py::arg("authenticate") = true,
            py::arg("heartbeat_interval") = py::none(), py::arg("heartbeat_misses") = py::none(),
-           py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none())
+           py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none(),
+           py::arg("num_chs") = 1)
       .def("init_server",
            [](Core& c, const std::string& ip, std::uint16_t ucx_port, std::uint16_t rdma_port, std::uint16_t ctrl_port,
               std::uint32_t self_id, const std::string& uds_dir) {
@@ -657,6 +663,7 @@ PYBIND11_MODULE(_hmc, m) {
     const bool ok = hmc::Memory::available(static_cast<hmc::MemoryType>(type), device_id, &why);
     return py::make_tuple(ok, why);
   });
+  m.attr("MAX_NUM_CHS") = kMaxNumChs;
   m.def("set_log_level", [](int level) { hmc::runtime::set_log_level(static_cast<hmc::runtime::LogLevel>(level)); });
   m.def("log_level", [] { return static_cast<int>(hmc::runtime::log_level()); });
   m.def("set_log_queue", &set_log_queue, py::arg("queue").none(true));

@@ -329,6 +329,119 @@ TEST(VerbsChannels, SeveralQpsPerPeerKeepPutSemanticsAndMismatchedCountsRefuse) 
   std::filesystem::remove_all(dir);
 }
 
+// Striping, over the emulation with num_chs = 1, 2, 3: a segment of at least stripe_min bytes is
+// cut into one contiguous piece per QP (the fabric's largest WRITE / READ shows the cut), and the
+// operation completes once, after every piece, with every byte in place.
+class VerbsStriping : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  static constexpr std::size_t kMin = detail::VerbsOptions::kDefaultStripeMin;
+
+  void SetUp() override {
+    dir = test::temp_dir();
+    SessionOptions o = rdma_options(true, dir);
+    o.num_chs = GetParam();
+    server = std::make_unique<Session>(o);
+    client = std::make_unique<Session>(o);
+    server->init_server("127.0.0.1", 0, kRdmaPort, 0, 0, dir);
+    ASSERT_EQ(client->connect(0, 1, "127.0.0.1", kRdmaPort, server->ctrl_port(), ConnType::RDMA), 0u);
+    server->wait_peer(1, 10s);
+    (void)fabric->take_largest_rdma();
+  }
+  void TearDown() override {
+    fabric->reset_faults();
+    client.reset();
+    server.reset();
+    std::filesystem::remove_all(dir);
+    EXPECT_EQ(fabric->stats().cq_overflows, 0u);
+    EXPECT_EQ(fabric->stats().sq_overflows, 0u);
+  }
+  // The largest work request a segment of n bytes may take: a whole segment, or its largest piece.
+  std::size_t piece(std::size_t n) const {
+    const std::size_t chs = GetParam();
+    return chs > 1 && n >= kMin ? (n + chs - 1) / chs : n;
+  }
+
+  std::shared_ptr<detail::EmulatedFabric> fabric = detail::EmulatedFabric::shared();
+  std::string dir;
+  std::unique_ptr<Session> server, client;
+};
+
+TEST_P(VerbsStriping, PutsAndGetsAroundTheThresholdMoveEveryByte) {
+  for (std::size_t n : {kMin - 1, kMin, kMin + 1, 3 * kMin + 2, std::size_t{1} << 20 | 5}) {
+    fill(client->buffer(), 3, n, n);
+    client->put(0, 3, 1000001, n);
+    EXPECT_TRUE(holds(server->buffer(), 1000001, n, n)) << n;
+    EXPECT_EQ(fabric->take_largest_rdma(), piece(n)) << n;
+    fill(server->buffer(), 2000003, n, n + 1);
+    client->get(0, 7, 2000003, n);
+    EXPECT_TRUE(holds(client->buffer(), 7, n, n + 1)) << n;
+    EXPECT_EQ(fabric->take_largest_rdma(), piece(n)) << n;
+  }
+  // Several striped segments of one operation (one engine token, posted once per segment).
+  const std::size_t n = 2 * kMin + 1;
+  std::vector<Segment> segs;
+  for (std::size_t i = 0; i < 4; ++i) segs.push_back(Segment{i * n, (2u << 20) + i * n, n});
+  fill(client->buffer(), 0, 4 * n, 31);
+  client->put_batch(0, segs);
+  EXPECT_TRUE(holds(server->buffer(), 2u << 20, 4 * n, 31));
+  fill(server->buffer(), 2u << 20, 4 * n, 32);
+  client->get_batch(0, segs);
+  EXPECT_TRUE(holds(client->buffer(), 0, 4 * n, 32));
+  // Pipelines: every chunk of stripe_min bytes or more is striped (signalled puts, then one flush).
+  fill(client->buffer(), 0, 3u << 20, 33);
+  client->put_pipeline(0, 0, 1u << 20, 3u << 20, kMin + 3, 4);
+  EXPECT_TRUE(holds(server->buffer(), 1u << 20, 3u << 20, 33));
+  fill(server->buffer(), 5, (3u << 20) - 5, 34);
+  client->get_pipeline(0, 1, 5, (3u << 20) - 5, 3 * kMin, 3);
+  EXPECT_TRUE(holds(client->buffer(), 1, (3u << 20) - 5, 34));
+  EXPECT_EQ(fabric->take_largest_rdma(), piece(3 * kMin));
+}
+
+TEST_P(VerbsStriping, PutNotifyTagsFollowEveryPieceOfAStripedPut) {
+  // Eight put_notify in flight at a time, each to its own region and each followed by a ctrl_send:
+  // every tag finds every byte of its region, whichever QP carried which piece, and messages keep
+  // their posting order. Striped regions make every notify wait for flush READs; regions under the
+  // threshold take the QPs in turn, so notifies that wait and notifies that need not alternate.
+  for (const std::size_t region : {3 * kMin + 1, kMin / 2 + 1}) {
+    for (std::uint64_t round = 0; round < 12; ++round) {
+      std::vector<std::future<void>> ops;
+      for (std::uint64_t k = 0; k < 8; ++k) {
+        const std::uint64_t tag = round * 8 + k;
+        fill(client->buffer(), k * region, region, tag);
+        ops.push_back(client->async_put_notify(0, k * region, k * region, region, CtrlMessage::from_tag(tag),
+                                               runtime::asio::use_future));
+        ops.push_back(client->async_ctrl_send(0, CtrlMessage::from_tag(tag | 1u << 31), runtime::asio::use_future));
+      }
+      for (std::uint64_t k = 0; k < 8; ++k) {
+        const std::uint64_t tag = server->ctrl_recv(1, 5s);
+        EXPECT_EQ(tag, round * 8 + k) << region;
+        EXPECT_TRUE(holds(server->buffer(), (tag % 8) * region, region, tag)) << region << " " << tag;
+        EXPECT_EQ(server->ctrl_recv(1, 5s), (round * 8 + k) | 1u << 31) << region;
+      }
+      for (auto& op : ops) op.get();
+    }
+  }
+}
+
+TEST_P(VerbsStriping, AnErrorOnAnyPieceFailsTheOperationOnce) {
+  // The piece that fails is the first, a middle or the last one executed: the get never succeeds
+  // on the pieces that went through, and fails once with the failed piece's error.
+  const std::size_t chs = GetParam();
+  for (std::size_t bad = 0; bad < chs; ++bad) {
+    if (bad != 0) {  // the failure broke the connection: a fresh pair
+      client.reset();
+      server.reset();
+      std::filesystem::remove_all(dir);
+      SetUp();
+    }
+    fabric->fail_next(IBV_WC_REM_ACCESS_ERR, 1, static_cast<int>(bad));
+    EXPECT_THROW(client->get(0, 0, 0, 3 * kMin), ProtocolError) << "piece " << bad;
+    EXPECT_TRUE(eventually([&] { return client->peers().empty(); }));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Channels, VerbsStriping, ::testing::Values(std::size_t{1}, std::size_t{2}, std::size_t{3}));
+
 // The transport alone, over the emulation: what a hostile bootstrap message can do.
 class VerbsBootstrap : public ::testing::Test {
  protected:

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 namespace hmc::detail {
@@ -75,6 +76,8 @@ struct EmulatedFabric::State {
   std::set<EmuCq*> cqs;
   std::map<ibv_pd*, int> pd_users;
   int fail_count = 0;
+  int fail_skip = 0;
+  std::size_t largest_rdma = 0;
   ibv_wc_status fail_status = IBV_WC_SUCCESS;
   std::chrono::milliseconds delay{0};
   Stats stats;
@@ -186,7 +189,9 @@ struct EmulatedFabric::State {
     SendWr w2 = std::move(w);
     q.sq.pop_front();
     ++stats.executed;
-    if (fail_count > 0) {
+    if (fail_count > 0 && fail_skip > 0) {
+      --fail_skip;
+    } else if (fail_count > 0) {
       --fail_count;
       fail(q, std::move(w2), fail_status);
       return Outcome::done;
@@ -210,6 +215,7 @@ struct EmulatedFabric::State {
           to_error(*peer);
           return Outcome::done;
         }
+        largest_rdma = std::max(largest_rdma, total);
         auto* remote = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(w2.wr.wr.rdma.remote_addr));
         for (const ibv_sge& s : w2.sges) {
           auto* local = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(s.addr));
@@ -314,10 +320,16 @@ void EmulatedFabric::run_nic() {
   }
 }
 
-void EmulatedFabric::fail_next(ibv_wc_status status, int count) {
+void EmulatedFabric::fail_next(ibv_wc_status status, int count, int skip) {
   std::lock_guard lock(m_);
   s_->fail_status = status;
   s_->fail_count = count;
+  s_->fail_skip = skip;
+}
+
+std::size_t EmulatedFabric::take_largest_rdma() {
+  std::lock_guard lock(m_);
+  return std::exchange(s_->largest_rdma, 0);
 }
 
 void EmulatedFabric::set_delay(std::chrono::milliseconds delay) {
@@ -336,6 +348,7 @@ void EmulatedFabric::break_all_qps() {
 void EmulatedFabric::reset_faults() {
   std::lock_guard lock(m_);
   s_->fail_count = 0;
+  s_->fail_skip = 0;
   s_->delay = std::chrono::milliseconds{0};
 }
 

@@ -34,9 +34,9 @@ class EmulatedFabric final : public VerbsApi {
   EmulatedFabric(const EmulatedFabric&) = delete;
   EmulatedFabric& operator=(const EmulatedFabric&) = delete;
 
-  // Fault injection. The next `count` send work requests executed (any QP) complete with `status`
-  // (their QP then enters the error state, as on hardware).
-  void fail_next(ibv_wc_status status, int count = 1);
+  // Fault injection. The next `count` send work requests executed (any QP) after `skip` more that
+  // execute normally complete with `status` (their QP then enters the error state, as on hardware).
+  void fail_next(ibv_wc_status status, int count = 1, int skip = 0);
   // Every send work request posted from now on executes no earlier than `delay` after its post.
   void set_delay(std::chrono::milliseconds delay);
   // Moves every QP to the error state now (a link or port failure): outstanding work is flushed.
@@ -51,6 +51,8 @@ class EmulatedFabric final : public VerbsApi {
     std::size_t qps = 0;              // QPs alive now
   };
   Stats stats() const;
+  // The bytes of the largest RDMA WRITE or READ executed since the last call (how a test sees striping).
+  std::size_t take_largest_rdma();
 
   // VerbsApi
   std::string name() const override { return "emulated"; }

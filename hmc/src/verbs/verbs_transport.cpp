@@ -21,12 +21,16 @@ using runtime::log;
 
 namespace {
 
-// Work request ids: engine Tokens are user-space addresses (bit 63 clear); ours have it set.
+// Work request ids: engine Tokens are user-space addresses (bit 63 clear); ours have it set, their
+// kind in bits 60-62 and a number below.
 constexpr std::uint64_t kInternal = std::uint64_t{1} << 63;
-constexpr std::uint64_t kRecv = kInternal | (std::uint64_t{1} << 62);  // | the receive buffer's index
+constexpr std::uint64_t kKind = kInternal | (std::uint64_t{7} << 60);
+constexpr std::uint64_t kNumber = (std::uint64_t{1} << 60) - 1;
+constexpr std::uint64_t kRecv = kInternal | (std::uint64_t{4} << 60);        // | the receive buffer's index
+constexpr std::uint64_t kNotifyFlush = kInternal | (std::uint64_t{2} << 60);  // | a held notify's number
+constexpr std::uint64_t kStripe = kInternal | (std::uint64_t{1} << 60);       // | a striped segment's number
 constexpr std::uint64_t kRetire = kInternal | 1;  // a signal that only frees send-queue slots
 constexpr std::uint64_t kHello = kInternal | 2;   // the zero-length SEND that proves the peer's QP is up
-constexpr std::uint64_t kNotifyFlush = kInternal | (std::uint64_t{1} << 61);  // | a held notify's number
 constexpr std::uint32_t kMaxWrBytes = 1u << 30;   // one work request moves at most this (IB allows 2^31)
 constexpr int kPollBatch = 32;
 constexpr unsigned int kAckBatch = 64;            // CQ events are acknowledged in batches (a mutex in rdma-core)
@@ -79,9 +83,10 @@ VerbsTransport::VerbsTransport(runtime::EventLoop& loop, std::shared_ptr<VerbsAp
   if (o.port == 0) o.port = env_int("HMC_RDMA_PORT", 1);
   if (o.gid_index < 0) o.gid_index = env_int("HMC_RDMA_GID_INDEX", 0);
   if (o.num_chs == 0 || o.num_chs > VerbsPeerInfo::kMaxQps || o.sq_depth < 4 || o.recv_slots == 0 ||
-      o.slot_size < 64 || o.send_slots == 0 || o.cq_depth < 16 || o.port < 1 || o.port > 255)
+      o.slot_size < 64 || o.send_slots == 0 || o.cq_depth < 16 || o.port < 1 || o.port > 255 ||
+      o.stripe_min < o.num_chs)
     throw InvalidConfigError("verbs transport: num_chs must be 1.." + std::to_string(VerbsPeerInfo::kMaxQps) +
-                             ", sq_depth >= 4, slot_size >= 64, cq_depth >= 16, port 1..255");
+                             ", sq_depth >= 4, slot_size >= 64, cq_depth >= 16, port 1..255, stripe_min >= num_chs");
   const std::vector<std::string> names = api_->devices();
   if (names.empty())
     throw UnsupportedError("ConnType::RDMA: no RDMA device found (" + api_->name() +
@@ -238,6 +243,8 @@ std::unique_ptr<VerbsTransport::Peer> VerbsTransport::make_peer(std::uint32_t ra
 }
 
 void VerbsTransport::destroy_peer(Peer& p) {
+  for (const Held& h : p.held) held_by_id_.erase(h.id);
+  p.held.clear();
   for (Qp& q : p.qps) {
     for (const Posted& r : q.posted)
       if (r.slot >= 0) free_slots_.push_back(static_cast<std::uint32_t>(r.slot));
@@ -374,8 +381,10 @@ std::vector<std::uint32_t> VerbsTransport::ranks() const {
 }
 
 std::string VerbsTransport::carriers(std::uint32_t rank) const {
-  if (live(rank) == nullptr) return {};
-  return api_->name() == "rdma-core" ? "rc" : "rc-" + api_->name();
+  const Peer* p = live(rank);
+  if (p == nullptr) return {};
+  const std::string rc = api_->name() == "rdma-core" ? "rc" : "rc-" + api_->name();
+  return p->qps.size() == 1 ? rc : rc + " (" + std::to_string(p->qps.size()) + " QPs)";
 }
 
 void VerbsTransport::remove_peer(std::uint32_t rank, error_code reason) {
@@ -440,25 +449,47 @@ PostResult VerbsTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64
   const RegionTable::Region* local = regions_->in_use(region);
   if (local == nullptr) return {make_error_code(Status::INVALID_ARGUMENT), false};
   const auto* mr = static_cast<const ibv_mr*>(local->handle);
-  Qp& q = p->qps[p->next_qp++ % p->qps.size()];
-  // Pieces of one segment share a QP: the last one's completion implies the others'.
-  for (std::size_t done = 0; done < s.size;) {
-    const std::size_t n = std::min<std::size_t>(s.size - done, kMaxWrBytes);
+  // A large segment is cut into one contiguous piece per QP, so that every QP (and the NIC's
+  // engines behind them) moves a share; the engine still sees one post, reported once all are back.
+  const std::size_t n_qps = p->qps.size();
+  const std::size_t pieces = n_qps > 1 && s.size >= options_.stripe_min ? n_qps : 1;
+  std::uint64_t wr_id = token;
+  if (pieces > 1 && token != kNoToken) {
+    wr_id = kStripe | (next_stripe_id_++ & kNumber);
+    gathers_[wr_id] = Gather{token, pieces, {}};
+  }
+  const std::size_t first = p->next_qp++;
+  const std::size_t share = s.size / pieces, extra = s.size % pieces;  // the first `extra` pieces take a byte more
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < pieces; ++i) {
+    const std::size_t n = share + (i < extra ? 1 : 0);
+    Qp& q = p->qps[(first + i) % n_qps];
+    post_piece(*p, q, is_put, reinterpret_cast<std::uintptr_t>(local->base) + s.local_offset + begin, mr->lkey,
+               p->remote_base + s.remote_offset + begin, n, wr_id);
+    if (is_put) q.dirty = true;
+    begin += n;
+  }
+  return {{}, token != kNoToken};
+}
+
+void VerbsTransport::post_piece(Peer& p, Qp& q, bool is_put, std::uint64_t local, std::uint32_t lkey,
+                                std::uint64_t remote, std::size_t size, std::uint64_t wr_id) {
+  // Work requests of one piece share a QP: the last one's completion implies the others'.
+  for (std::size_t done = 0; done < size;) {
+    const std::size_t n = std::min<std::size_t>(size - done, kMaxWrBytes);
     Wr w;
     w.opcode = is_put ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-    w.local = reinterpret_cast<std::uintptr_t>(local->base) + s.local_offset + done;
+    w.local = local + done;
     w.length = static_cast<std::uint32_t>(n);
-    w.lkey = mr->lkey;
-    w.remote = p->remote_base + s.remote_offset + done;
-    w.rkey = p->rkey;
+    w.lkey = lkey;
+    w.remote = remote + done;
+    w.rkey = p.rkey;
     done += n;
-    const bool last = done == s.size;
-    w.wr_id = last ? token : 0;
-    w.signalled = last && token != kNoToken;
-    enqueue(*p, q, w);
+    const bool last = done == size;
+    w.wr_id = last ? wr_id : 0;
+    w.signalled = last && wr_id != kNoToken;
+    enqueue(p, q, w);
   }
-  if (is_put) q.dirty = true;
-  return {{}, token != kNoToken};
 }
 
 PostResult VerbsTransport::post_flush(std::uint32_t rank, Token token) {
@@ -467,7 +498,7 @@ PostResult VerbsTransport::post_flush(std::uint32_t rank, Token token) {
   std::size_t dirty = 0;
   for (const Qp& q : p->qps) dirty += q.dirty ? 1 : 0;
   if (dirty == 0) return {};
-  flushes_[token] = {dirty, {}};
+  gathers_[token] = Gather{token, dirty, {}};
   for (Qp& q : p->qps) {
     if (!q.dirty) continue;
     q.dirty = false;
@@ -494,9 +525,15 @@ PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std:
   Peer* p = live(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   if (bytes.empty() || bytes.size() > options_.max_message) return {make_error_code(Status::INVALID_ARGUMENT), false};
+  if (p->held.empty()) return send_message(*p, bytes, token);
+  p->held.push_back(Held{0, bytes, token, 0, {}});  // an earlier notify waits for its flush: after it
+  return {{}, token != kNoToken};
+}
+
+PostResult VerbsTransport::send_message(Peer& p, std::span<const std::byte> bytes, Token token) {
   // Messages go on channel 0 only: one QP keeps them in order. Each fragment is signalled so
   // that its send buffer comes back even when nothing else is sent.
-  Qp& q = p->qps.front();
+  Qp& q = p.qps.front();
   for (std::size_t off = 0; off < bytes.size();) {
     const bool first = off == 0;
     const std::size_t n = std::min<std::size_t>(bytes.size() - off, options_.slot_size - (first ? 4 : 0));
@@ -509,7 +546,7 @@ PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std:
     off += n;
     w.wr_id = off == bytes.size() && token != kNoToken ? token : kRetire;
     w.signalled = true;
-    enqueue(*p, q, w);
+    enqueue(p, q, w);
   }
   return {{}, token != kNoToken};
 }
@@ -524,8 +561,9 @@ PostResult VerbsTransport::post_notify(std::uint32_t rank, std::span<const std::
   std::size_t dirty = 0;
   for (const Qp& q : p->qps) dirty += q.dirty ? 1 : 0;
   if (dirty == 0) return post_message(rank, bytes, token);
-  const std::uint64_t id = kNotifyFlush | (next_notify_id_++ & ((std::uint64_t{1} << 61) - 1));
-  held_notifies_[id] = HeldNotify{rank, bytes, token, dirty, {}};
+  const std::uint64_t id = kNotifyFlush | (next_notify_id_++ & kNumber);
+  p->held.push_back(Held{id, bytes, token, dirty, {}});
+  held_by_id_[id] = p;
   for (Qp& q : p->qps) {
     if (!q.dirty) continue;
     q.dirty = false;
@@ -592,32 +630,47 @@ void VerbsTransport::drain_backlogs() {
 }
 
 void VerbsTransport::report(std::uint64_t wr_id, error_code ec) {
-  if ((wr_id & kNotifyFlush) == kNotifyFlush && (wr_id & kRecv) != kRecv) return release_notify(wr_id, ec);
+  if ((wr_id & kKind) == kNotifyFlush) return release_notify(wr_id, ec);
+  if ((wr_id & kKind) == kStripe) return release_gather(wr_id, ec);
   if (!is_engine_token(wr_id)) return;
-  if ((wr_id & 1u) != 0) {  // a flush: reported once its READ on every QP is back
-    auto it = flushes_.find(wr_id);
-    if (it == flushes_.end()) return;
-    if (ec && !it->second.second) it->second.second = ec;
-    if (--it->second.first != 0) return;
-    const error_code first = it->second.second;
-    flushes_.erase(it);
-    engine_->completed(wr_id, first);
-    return;
-  }
+  if ((wr_id & 1u) != 0) return release_gather(wr_id, ec);  // a flush: its READ on every dirty QP
   engine_->completed(wr_id, ec);
 }
 
+void VerbsTransport::release_gather(std::uint64_t id, error_code ec) {
+  auto it = gathers_.find(id);
+  if (it == gathers_.end()) return;
+  Gather& g = it->second;
+  if (ec && !g.error) g.error = ec;
+  if (--g.left != 0) return;
+  const Gather done = g;
+  gathers_.erase(it);
+  engine_->completed(done.token, done.error);
+}
+
 void VerbsTransport::release_notify(std::uint64_t id, error_code ec) {
-  auto it = held_notifies_.find(id);
-  if (it == held_notifies_.end()) return;
-  HeldNotify& h = it->second;
-  if (ec && !h.error) h.error = ec;
-  if (--h.left != 0) return;
-  const HeldNotify done = h;
-  held_notifies_.erase(it);
-  PostResult r{done.error, false};
-  if (!r.error) r = post_message(done.rank, done.message, done.token);
-  if (r.error && done.token != kNoToken) engine_->completed(done.token, r.error);
+  auto it = held_by_id_.find(id);
+  if (it == held_by_id_.end()) return;
+  Peer& p = *it->second;
+  for (Held& h : p.held) {
+    if (h.id != id) continue;
+    if (ec && !h.error) h.error = ec;
+    if (--h.left == 0) held_by_id_.erase(it);
+    break;
+  }
+  release_held(p);
+}
+
+void VerbsTransport::release_held(Peer& p) {
+  // In order: a message leaves only once every notify before it could (a removed peer's fail).
+  while (!p.held.empty() && p.held.front().left == 0) {
+    const Held h = p.held.front();
+    p.held.pop_front();
+    PostResult r{h.error, false};
+    if (!r.error && p.closing) r.error = make_error_code(Status::PEER_LOST);
+    if (!r.error) r = send_message(p, h.message, h.token);
+    if (r.error && h.token != kNoToken) engine_->completed(h.token, r.error);  // may post more: nothing held across it
+  }
 }
 
 void VerbsTransport::peer_error(Peer& p, error_code ec) {
@@ -632,7 +685,7 @@ void VerbsTransport::handle(const ibv_wc& wc) {
   Peer& p = *own->second.first;
   Qp& q = p.qps[own->second.second];
   // The opcode is undefined in an error completion: the id tells receives from sends.
-  if ((wc.wr_id & kRecv) == kRecv) return handle_recv(p, q, wc);
+  if ((wc.wr_id & kKind) == kRecv) return handle_recv(p, q, wc);
   if (wc.wr_id != 0) {
     --p.signalled;
     if (wc.status == IBV_WC_SUCCESS) {
@@ -669,7 +722,7 @@ void VerbsTransport::handle_recv(Peer& p, Qp& q, const ibv_wc& wc) {
     return;
   }
   if (p.closing) return;
-  const std::size_t slot = wc.wr_id & ~kRecv;
+  const std::size_t slot = wc.wr_id & kNumber;
   std::byte* data = p.recv_memory.data() + slot * options_.slot_size;
   const std::size_t len = std::min<std::size_t>(wc.byte_len, options_.slot_size);
   auto misbehaving = [&](const std::string& why) {

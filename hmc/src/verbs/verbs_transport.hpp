@@ -25,12 +25,15 @@
 namespace hmc::detail {
 
 struct VerbsOptions {
+  static constexpr std::size_t kDefaultStripeMin = std::size_t{64} << 10;
+
   EngineOptions engine;
   std::size_t max_message = (16u << 20) + 1;  // a larger fast-path message disconnects its sender
   std::string device;          // RDMA device name; empty: HMC_RDMA_DEVICE, else the first one listed
   int port = 0;                // 0: HMC_RDMA_PORT, else 1
   int gid_index = -1;          // RoCE GID index; -1: HMC_RDMA_GID_INDEX, else 0
   std::size_t num_chs = 1;     // RC QPs per peer (operations are spread over them round robin)
+  std::size_t stripe_min = kDefaultStripeMin;  // a segment this large is cut into one piece per QP
   std::uint32_t sq_depth = 256;        // send work requests per QP; more wait in the QP's backlog
   std::uint32_t recv_slots = 32;       // receive buffers per QP for fast-path messages
   std::uint32_t slot_size = 4096;      // bytes per receive / send buffer (messages are fragmented)
@@ -87,6 +90,15 @@ class VerbsTransport final : public Transport, private OpPoster {
     bool signalled = false;
     std::int64_t slot = -1;  // a send buffer this work request reads
   };
+  // A message to a peer that waits for a notify's flush READs (its own, or an earlier message's):
+  // messages leave in posting order.
+  struct Held {
+    std::uint64_t id = 0;                // the flush READs' internal id; 0: a message behind one
+    std::span<const std::byte> message;  // the engine keeps it alive until `token` is reported
+    Token token = kNoToken;
+    std::size_t left = 0;                // flush READs not back yet
+    error_code error;
+  };
   struct Qp {
     ibv_qp* qp = nullptr;
     std::deque<Posted> posted;  // in the send queue and not known complete, in posting order
@@ -109,6 +121,7 @@ class VerbsTransport final : public Transport, private OpPoster {
     error_code error;           // the first error completion's meaning
     std::vector<std::byte> partial;  // a fast-path message being reassembled
     std::size_t expected = 0;
+    std::deque<Held> held;           // bounded by the engine's max_inflight
   };
 
   // OpPoster
@@ -126,8 +139,13 @@ class VerbsTransport final : public Transport, private OpPoster {
   void drain_backlogs();
   void handle(const ibv_wc& wc);
   void handle_recv(Peer& p, Qp& q, const ibv_wc& wc);
+  void post_piece(Peer& p, Qp& q, bool is_put, std::uint64_t local, std::uint32_t lkey, std::uint64_t remote,
+                  std::size_t size, std::uint64_t wr_id);
   void report(std::uint64_t wr_id, error_code ec);
+  void release_gather(std::uint64_t id, error_code ec);
+  PostResult send_message(Peer& p, std::span<const std::byte> bytes, Token token);
   void release_notify(std::uint64_t id, error_code ec);
+  void release_held(Peer& p);
   Wr flush_read(const Peer& p, std::uint64_t wr_id) const;
   void peer_error(Peer& p, error_code ec);
   void finish_failures();
@@ -160,16 +178,17 @@ class VerbsTransport final : public Transport, private OpPoster {
   std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
   std::list<std::unique_ptr<Peer>> closing_;  // QPs in the error state, waiting for their flushed completions
   std::unordered_map<std::uint32_t, std::pair<Peer*, std::size_t>> qp_owner_;  // qp_num -> (peer, channel)
-  std::unordered_map<Token, std::pair<std::size_t, error_code>> flushes_;  // flush token -> QPs left, first error
-  // A notify whose puts went over other channels than 0: its SEND waits for their flush READs.
-  struct HeldNotify {
-    std::uint32_t rank = 0;
-    std::span<const std::byte> message;  // the engine keeps it alive until `token` is reported
+  // One engine post carried by several work requests on different QPs (a flush on every dirty QP,
+  // the pieces of a striped segment): reported once, when all are back, with the first error.
+  struct Gather {
     Token token = kNoToken;
     std::size_t left = 0;
     error_code error;
   };
-  std::unordered_map<std::uint64_t, HeldNotify> held_notifies_;  // by the flush READs' internal id
+  std::unordered_map<std::uint64_t, Gather> gathers_;  // by the work requests' id (a flush token, or a stripe id)
+  std::uint64_t next_stripe_id_ = 0;
+  // A notify whose puts went over other channels than 0: its SEND waits for their flush READs.
+  std::unordered_map<std::uint64_t, Peer*> held_by_id_;  // the flush READs' internal id -> its peer
   std::uint64_t next_notify_id_ = 0;
   std::size_t cq_used_ = 0;
   std::size_t hellos_ = 0;  // connection probes in flight
