@@ -84,7 +84,7 @@ TEST_P(CtrlChannelTest, ConnectBindsRanksOverTheChosenTransport) {
 }
 
 TEST_P(CtrlChannelTest, HundredThousandTagsArriveInOrder) {
-  constexpr std::uint64_t kTags = 100'000;
+  constexpr std::uint64_t kTags = test::kManyTags;
   CtrlChannel& c = client(1);
   auto received = asio::co_spawn(
       loop.executor(),

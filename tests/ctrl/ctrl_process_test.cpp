@@ -46,7 +46,7 @@ class CtrlProcessTest : public ::testing::TestWithParam<CtrlTransport> {
 };
 
 TEST_P(CtrlProcessTest, HundredThousandTagsFromAnotherProcessArriveInOrder) {
-  constexpr std::uint64_t kTags = 100'000;
+  constexpr std::uint64_t kTags = test::kManyTags;
   auto child = spawn_peer(1, kTags);
   auto received = asio::co_spawn(
       loop.executor(),

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -23,10 +24,12 @@ namespace hmc::test {
 // A byte pattern that differs for every (seed, index): stale or misplaced bytes never match.
 inline std::vector<std::byte> pattern(std::size_t n, std::uint64_t seed) {
   std::vector<std::byte> v(n);
+  std::byte* p = v.data();
   std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (std::size_t i = 0; i < n; ++i) {
+  // Eight bytes per step: the 64 MiB cases spent most of their time here under ASan at -O0.
+  for (std::size_t i = 0; i < n; i += sizeof x) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    v[i] = static_cast<std::byte>(x >> 56);
+    std::memcpy(p + i, &x, n - i < sizeof x ? n - i : sizeof x);
   }
   return v;
 }
