@@ -337,5 +337,57 @@ TEST_F(OpEngineTest, SteadyStatePutsAllocateNothingAndReuseTheirRecords) {
   }
 }
 
+// Issue 11.2: completions found in one loop turn run from one post, in the order their operations
+// ended, never inside submit(); a throwing completion loses none of the others; an engine destroyed
+// with completions still queued hands them to the loop.
+TEST_F(OpEngineTest, CompletionsRunLaterInOrderFromOnePost) {
+  make();
+  poster.flush_inline = true;
+  std::vector<int> order;
+  OpRequest r;
+  r.rank = 1;
+  const Segment seg{0, 0, 8};
+  r.segments = {&seg, 1};
+  for (int i = 0; i < 3; ++i) engine->submit(r, [&order, i](error_code ec) { order.push_back(ec ? -1 : i); });
+  EXPECT_TRUE(order.empty()) << "a completion ran inside submit()";
+  io.restart();
+  while (order.empty() && io.poll_one() != 0) {
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2})) << "the first handler that ran a completion ran them all";
+}
+
+TEST_F(OpEngineTest, AThrowingCompletionLosesNoOther) {
+  make();
+  poster.flush_inline = true;
+  std::vector<int> order;
+  OpRequest r;
+  r.rank = 1;
+  const Segment seg{0, 0, 8};
+  r.segments = {&seg, 1};
+  engine->submit(r, [&order](error_code) {
+    order.push_back(0);
+    throw std::runtime_error("from a completion");
+  });
+  for (int i = 1; i < 3; ++i) engine->submit(r, [&order, i](error_code) { order.push_back(i); });
+  io.restart();
+  EXPECT_THROW(io.poll(), std::runtime_error);
+  settle();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+}
+
+TEST_F(OpEngineTest, DestroyedEngineStillRunsTheCompletionsItOwed) {
+  make();
+  poster.flush_inline = true;
+  auto done = submit(Req{OpKind::put, 1, {Segment{0, 0, 8}}});  // flushed inline: done, not yet told
+  poster.flush_inline = false;
+  auto pending = submit(Req{OpKind::put, 1, {Segment{0, 0, 8}}});
+  engine.reset();
+  settle();
+  ASSERT_TRUE(done->has_value());
+  EXPECT_FALSE(**done);
+  ASSERT_TRUE(pending->has_value());
+  EXPECT_EQ(status_of(**pending), Status::CLOSED);
+}
+
 }  // namespace
 }  // namespace hmc::detail

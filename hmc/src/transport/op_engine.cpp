@@ -76,6 +76,10 @@ OpEngine::~OpEngine() {
   // The transport removed every peer first; this only covers operations it never could start.
   for (const auto& owned : ops_)
     if (!owned->released) terminal(owned.get(), OpState::aborted, make_error_code(Status::CLOSED));
+  // Completions not run yet still reach their callers, in order, each from its own post.
+  for (; running_next_ < running_.size(); ++running_next_)
+    runtime::complete_later(executor_, std::move(running_[running_next_].done), running_[running_next_].ec);
+  for (Ready& r : ready_) runtime::complete_later(executor_, std::move(r.done), r.ec);
 }
 
 OpEngine::Op* OpEngine::new_op(const OpRequest& request, Completion done) {
@@ -233,9 +237,42 @@ void OpEngine::terminal(Op* op, OpState state, error_code ec) {
   unlink_deadline(op);
   op->state = state;
   --waiting_callers_;
-  Completion done(std::move(*op->done));
+  ready_.push_back(Ready{std::move(*op->done), ec});
   op->done.reset();
-  runtime::complete_later(executor_, std::move(done), ec);
+  post_completions();
+}
+
+void OpEngine::post_completions() {
+  if (completions_posted_) return;
+  completions_posted_ = true;
+  asio::post(executor_, [this, life = std::weak_ptr<int>(life_)] {
+    if (life.lock()) run_completions();
+  });
+}
+
+// Runs the completions found since the last run, in the order their operations ended. A completion
+// may submit (its operation's completion joins the next batch), throw (the rest run from the next
+// post) or destroy the engine (its destructor hands the rest to the loop).
+void OpEngine::run_completions() {
+  completions_posted_ = false;
+  if (running_next_ == running_.size()) {  // else: a batch a throwing completion interrupted goes first
+    running_.clear();
+    running_next_ = 0;
+    running_.swap(ready_);  // both keep their capacity
+  }
+  const std::weak_ptr<int> life = life_;
+  while (running_next_ < running_.size()) {
+    Ready& r = running_[running_next_++];
+    Completion done(std::move(r.done));
+    const error_code ec = r.ec;
+    try {
+      std::move(done)(ec);
+    } catch (...) {
+      if (!life.expired()) post_completions();
+      throw;
+    }
+    if (life.expired()) return;
+  }
 }
 
 void OpEngine::maybe_release(Op* op) {

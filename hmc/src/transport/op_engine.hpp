@@ -92,7 +92,8 @@ class OpEngine {
   OpEngine(const OpEngine&) = delete;
   OpEngine& operator=(const OpEngine&) = delete;
 
-  // `done` runs once, posted to the loop, with the terminal state's error (none for done).
+  // `done` runs once, later on the loop (never inside submit or the transport's report), with the
+  // terminal state's error (none for done). Completions found in one loop turn run from one post.
   void submit(OpRequest request, Completion done);
 
   // The transport reports a signalled post (ec: its failure, if any).
@@ -129,6 +130,8 @@ class OpEngine {
   void fail(Op* op, error_code ec);
   void step(Op* op);
   void terminal(Op* op, OpState state, error_code ec);
+  void post_completions();
+  void run_completions();
   void maybe_release(Op* op);
   void start_waiting_ops();
   void request_flush(Op* op);
@@ -156,6 +159,16 @@ class OpEngine {
   Op* waiting_head_ = nullptr;   // intrusive FIFO of queued operations (over max_inflight)
   Op* waiting_tail_ = nullptr;
   bool starting_ = false;        // start_waiting_ops is running (no recursion through failing starts)
+  // Terminal operations' completions, run by one posted run_completions (a post per operation
+  // cost more than the put itself on shared memory). running_ is the batch being run.
+  struct Ready {
+    Completion done;
+    error_code ec;
+  };
+  std::vector<Ready> ready_;
+  std::vector<Ready> running_;
+  std::size_t running_next_ = 0;  // running_[running_next_..] have not run yet
+  bool completions_posted_ = false;
   std::size_t live_ops_ = 0;
   std::size_t started_ops_ = 0;      // operations holding a max_inflight slot
   std::size_t waiting_callers_ = 0;  // operations not yet terminal
