@@ -3,6 +3,7 @@ reference's own API, ours and theirs interleaved in one run, on loopback between
 
     /usr/bin/python3 benchmarks/python/hmcref_bench.py [--tls shm,tcp] [--sizes 64,4K,64K,1M] [--rounds 3]
         [--ours build/python] [--hmcref PYTHONPATH | --hmcref-build SCRIPT] [--json FILE] [--quick]
+        [--progress-thread own|shared|caller]
 
 The reference is built by /work/shared/tools/hmcref-build.sh (or --hmcref-build / $HMCREF_BUILD),
 which prints its PYTHONPATH; when it cannot be built (no mirror, no compiler) this prints
@@ -62,9 +63,20 @@ def first_ctrl_recv(sess, peer, timeout):
             time.sleep(0.01)
 
 
+def ours_only(hmc, a):
+    """--progress-thread for our package (the reference has no such option)."""
+    import inspect
+    try:
+        ours = "progress_thread" in inspect.signature(hmc.Session.__init__).parameters
+    except (AttributeError, TypeError, ValueError):  # the reference's classes are pybind11's
+        ours = False
+    return {"progress_thread": a.progress_thread} if a.progress_thread and ours else {}
+
+
 def serve(a):
     import hmc
-    sess = hmc.create_session(device_id=0, buffer_size=a.buffer, mem_type=hmc.MemoryType.CPU, num_chs=1)
+    sess = hmc.create_session(device_id=0, buffer_size=a.buffer, mem_type=hmc.MemoryType.CPU, num_chs=1,
+                              **ours_only(hmc, a))
     sess.init_server(bind_ip=a.ip, ucx_port=a.ucx_port, rdma_port=a.rdma_port, ctrl_tcp_port=a.ctrl_port, self_id=0,
                      ctrl_uds_dir=a.tmp)
     open(os.path.join(a.tmp, "ready"), "w").close()
@@ -90,7 +102,8 @@ def serve(a):
 
 def client(a):
     import hmc
-    sess = hmc.create_session(device_id=0, buffer_size=a.buffer, mem_type=hmc.MemoryType.CPU, num_chs=1)
+    sess = hmc.create_session(device_id=0, buffer_size=a.buffer, mem_type=hmc.MemoryType.CPU, num_chs=1,
+                              **ours_only(hmc, a))
     sess.connect(peer_id=0, self_id=1, peer_ip=a.ip, data_port=a.ucx_port, ctrl_tcp_port=a.ctrl_port,
                  conn=hmc.ConnType.UCX)
     sess.ctrl_send(peer=0, tag=HELLO)
@@ -141,7 +154,7 @@ def one_run(impl, pythonpath, tls, o):
         common = [o.python, os.path.abspath(__file__), "--ip", IP, "--ucx-port", str(ucx_port), "--rdma-port",
                   str(0 if impl == "hmc" else rdma_port), "--ctrl-port", str(ctrl_port), "--tmp", tmp,
                   "--buffer", str(max(max(o.sizes), 1 << 20)), "--sizes", ",".join(map(str, o.sizes)),
-                  "--scale", str(o.scale)]
+                  "--scale", str(o.scale)] + (["--progress-thread", o.progress_thread] if o.progress_thread else [])
         slog = open(os.path.join(tmp, "server.log"), "w+")
         srv = subprocess.Popen(common + ["--role", "server"], env=env, stdout=slog, stderr=subprocess.STDOUT,
                                cwd=tmp)
@@ -208,6 +221,8 @@ def options(argv=None):
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--json", default="")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--progress-thread", default="", choices=("", "own", "shared", "caller"),
+                   help="our sessions' progress_thread (default: the package's default)")
     # the two processes
     p.add_argument("--role", choices=("server", "client"), help=argparse.SUPPRESS)
     for flag in ("--ucx-port", "--rdma-port", "--ctrl-port", "--buffer"):

@@ -180,10 +180,13 @@ double percentile(std::vector<double>& v, double p) {
 }
 
 // The future's value; with ProgressThread::caller this thread drives the session's loop meanwhile
-// (progress() while it has work, else a short sleep on its wakeup fd).
+// (progress() while it has work, else a short sleep on its wakeup fd); shared: progress_until.
 template <class T>
 T finish(Session& s, const Options& o, std::future<T> f) {
-  if (session_options(o, true).progress_thread != ProgressThread::own) {  // also when that is the default
+  const ProgressThread thread = session_options(o, true).progress_thread;  // also when that is the default
+  if (thread == ProgressThread::shared) {
+    s.progress_until([&f] { return f.wait_for(0s) == std::future_status::ready; }, clock_type::now() + 600s);
+  } else if (thread == ProgressThread::caller) {
     while (f.wait_for(0s) != std::future_status::ready) {
       if (s.progress() > 0) continue;
       pollfd p{s.wakeup_fd(), POLLIN, 0};

@@ -555,6 +555,19 @@ T wait_for(runtime::EventLoop& loop, std::future<T> f, std::chrono::milliseconds
   return f.get();
 }
 
+// Starts a blocking call's operation with start(callback) and waits for it: a OneShot, not a
+// std::future (whose set_value costs a futex call per operation); a caller-driven loop is driven
+// by this thread meanwhile. Shared with the callback: a timed-out wait leaves the operation running.
+template <class Start>
+void wait_op(runtime::EventLoop& loop, std::chrono::milliseconds timeout, const char* what, Start start) {
+  const auto deadline = runtime::deadline_after(timeout);
+  auto done = std::make_shared<runtime::OneShot>();
+  start([done](std::exception_ptr e) { done->set(std::move(e)); });
+  if (!loop.wait(*done, deadline))
+    throw TimeoutError(std::string(what) + " not complete after " + std::to_string(timeout.count()) + " ms");
+  if (done->error()) std::rethrow_exception(done->error());
+}
+
 // The session's own deadline covers the operation; the wait allows a little more so that the
 // operation's own TimeoutError (with its context) is what the caller sees.
 std::chrono::milliseconds wait_budget(const SessionOptions& o) { return o.timeout + std::chrono::seconds(1); }
@@ -891,48 +904,50 @@ void Session::wait(std::span<std::future<void>> ops, std::chrono::milliseconds t
 
 void Session::put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
   forbid_loop_thread(*loop_, "put");
-  wait_for(*loop_, put_nb(peer, local_off, remote_off, size), wait_budget(options()), "put");
+  wait_op(*loop_, wait_budget(options()), "put",
+          [&](auto done) { async_put(peer, local_off, remote_off, size, std::move(done)); });
 }
 
 void Session::get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
   forbid_loop_thread(*loop_, "get");
-  wait_for(*loop_, get_nb(peer, local_off, remote_off, size), wait_budget(options()), "get");
+  wait_op(*loop_, wait_budget(options()), "get",
+          [&](auto done) { async_get(peer, local_off, remote_off, size, std::move(done)); });
 }
 
 void Session::put_batch(std::uint32_t peer, std::vector<Segment> segments) {
   forbid_loop_thread(*loop_, "put_batch");
-  wait_for(*loop_, async_put_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()),
-           "put_batch");
+  wait_op(*loop_, wait_budget(options()), "put_batch",
+          [&](auto done) { async_put_batch(peer, std::move(segments), std::move(done)); });
 }
 
 void Session::get_batch(std::uint32_t peer, std::vector<Segment> segments) {
   forbid_loop_thread(*loop_, "get_batch");
-  wait_for(*loop_, async_get_batch(peer, std::move(segments), runtime::asio::use_future), wait_budget(options()),
-           "get_batch");
+  wait_op(*loop_, wait_budget(options()), "get_batch",
+          [&](auto done) { async_get_batch(peer, std::move(segments), std::move(done)); });
 }
 
 void Session::put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                            std::size_t chunk, std::size_t max_inflight) {
   forbid_loop_thread(*loop_, "put_pipeline");
-  wait_for(*loop_,
-           async_put_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
-           wait_budget(options()), "put_pipeline");
+  wait_op(*loop_, wait_budget(options()), "put_pipeline", [&](auto done) {
+    async_put_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, std::move(done));
+  });
 }
 
 void Session::get_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                            std::size_t chunk, std::size_t max_inflight) {
   forbid_loop_thread(*loop_, "get_pipeline");
-  wait_for(*loop_,
-           async_get_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, runtime::asio::use_future),
-           wait_budget(options()), "get_pipeline");
+  wait_op(*loop_, wait_budget(options()), "get_pipeline", [&](auto done) {
+    async_get_pipeline(peer, local_off, remote_off, size, chunk, max_inflight, std::move(done));
+  });
 }
 
 void Session::put_notify(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                          std::uint64_t tag) {
   forbid_loop_thread(*loop_, "put_notify");
-  wait_for(*loop_,
-           async_put_notify(peer, local_off, remote_off, size, CtrlMessage::from_tag(tag), runtime::asio::use_future),
-           wait_budget(options()), "put_notify");
+  wait_op(*loop_, wait_budget(options()), "put_notify", [&](auto done) {
+    async_put_notify(peer, local_off, remote_off, size, CtrlMessage::from_tag(tag), std::move(done));
+  });
 }
 
 void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
@@ -976,8 +991,8 @@ void Session::start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, 
 
 void Session::ctrl_send(std::uint32_t peer, std::uint64_t tag) {
   forbid_loop_thread(*loop_, "ctrl_send");
-  wait_for(*loop_, async_ctrl_send(peer, CtrlMessage::from_tag(tag), runtime::asio::use_future), wait_budget(options()),
-           "ctrl_send");
+  wait_op(*loop_, wait_budget(options()), "ctrl_send",
+          [&](auto done) { async_ctrl_send(peer, CtrlMessage::from_tag(tag), std::move(done)); });
 }
 
 std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout) {
@@ -987,7 +1002,7 @@ std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds t
       .tag();
 }
 
-std::size_t Session::progress() { return loop_->dedicated() ? 0 : loop_->poll(); }
+std::size_t Session::progress(const std::function<bool()>& stop) { return loop_->dedicated() ? 0 : loop_->poll(stop); }
 
 bool Session::progress_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
   if (loop_->dedicated())

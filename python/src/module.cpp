@@ -279,7 +279,8 @@ class Core {
         CompletionQueue& q;
         ~Stop() { q.stop_collecting(); }
       } stop{*queue_};
-      s->progress();
+      // Back to asyncio as soon as an operation completed: a spinning poller would keep it here.
+      s->progress([q = queue_.get()] { return q->pending(); });
     }
     return drain();
   }

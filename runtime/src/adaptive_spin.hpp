@@ -55,12 +55,16 @@ class AdaptiveSpin {
   // The loop armed and is about to sleep: the spin after the last activity found nothing.
   // `preempted`: how often the loop thread has been descheduled while runnable (ru_nivcsw).
   void sleeping(clock::time_point now, long preempted) noexcept {
-    slept_ = true;
+    sleeping();
     const long arrivals = arrivals_ - arrivals_at_sleep_;
     if (preempted_ >= 0 && 4 * (preempted - preempted_) > arrivals) contended_until_ = now + kContendedPause;
     preempted_ = preempted;
     arrivals_at_sleep_ = arrivals_;
   }
+
+  // The same without reading the preemption count (a system call): the next reading covers the
+  // arrivals and preemptions since the last one.
+  void sleeping() noexcept { slept_ = true; }
 
   // How long to spin after the last activity.
   clock::duration window() const noexcept {

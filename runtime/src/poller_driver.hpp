@@ -50,6 +50,8 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   bool fd_waiting_ = false;
   bool timer_armed_ = false;
   bool stopped_ = false;
+  bool kicked_ = false;                 // a submission since the last cycle
+  clock::time_point last_probe_{};      // the last preemption count read (adaptive mode)
 };
 
 }  // namespace hmc::runtime::detail

@@ -131,6 +131,36 @@ TEST(CallerDriven, PollRunsWhatIsReadyAndNeverBlocks) {
   EXPECT_EQ(ran, 3);
 }
 
+TEST(CallerDriven, PollWithAStopConditionReturnsOnceItHoldsAndLeavesTheRestReadable) {
+  EventLoop loop;
+  const int fd = loop.wakeup_fd();
+  int ran = 0;
+  for (int i = 0; i < 10; ++i) loop.submit([&] { ++ran; });
+  EXPECT_EQ(loop.poll([&] { return ran == 3; }), 3u);
+  EXPECT_EQ(ran, 3);
+  EXPECT_TRUE(readable(fd)) << "the handlers left behind are announced";
+  EXPECT_EQ(loop.poll(), 7u);
+  EXPECT_EQ(ran, 10);
+}
+
+TEST(CallerDriven, CallRunsInlineWhileTheSeatIsFreeAndWakesTheSelectorAfter) {
+  EventLoop loop;
+  const int fd = loop.wakeup_fd();
+  loop.poll();  // the wakeup fd starts quiet
+  bool inside = false;
+  const auto ran_on = loop.call([&] {
+    inside = loop.in_loop_thread();  // the driver's seat: handlers may not run meanwhile
+    loop.submit([] {});              // inline: this thread drives now
+    return std::this_thread::get_id();
+  });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_TRUE(inside);
+  EXPECT_FALSE(loop.in_loop_thread()) << "the seat is given back";
+  EXPECT_TRUE(readable(fd)) << "a selector hears of the call's work";
+  EXPECT_THROW(loop.call([]() -> int { throw std::invalid_argument("inside"); }), std::invalid_argument);
+  EXPECT_EQ(loop.call([] { return 5; }), 5) << "the seat was released by the exception";
+}
+
 TEST(CallerDriven, MisuseIsAnErrorNotAHang) {
   EventLoop loop;
   std::size_t nested_poll = 99;

@@ -257,7 +257,9 @@ class Session {
 
   // ProgressThread::caller (or shared): runs the handlers that are ready and progresses UCX once,
   // never blocking; returns the handlers run (0 also while another thread drives). No-op with own thread.
-  std::size_t progress();
+  // With `stop`: returns as soon as stop() holds after a handler (e.g. once the awaited operation is
+  // done), leaving the rest to the next call (the wakeup fd stays readable).
+  std::size_t progress(const std::function<bool()>& stop = {});
   // ProgressThread::caller or shared: drives the loop on this thread until done() or the deadline (while
   // another thread drives, sleeps until done(), the deadline, or it leaves); returns done(). For
   // waits on operations started with callbacks (the Python layer). InvalidArgumentError with its
