@@ -373,11 +373,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     close_waiters.push_back(std::move(h));
     if (closing) return;
     closing = true;
-    closed = true;  // no new operation, peer or waiter from here
-    ready.close(make_error_code(Status::CLOSED));
-    while (!address_waiters.empty())
-      finish_waiter(address_waiters.begin()->first,
-                    std::make_exception_ptr(ClosedError("the session closed while waiting for a peer")), 0);
+    stop_admitting();
     if (!ctrl) return close_on_loop();
     goodbye_timer = std::make_unique<runtime::asio::steady_timer>(loop.executor(), kGoodbyeBudget);
     goodbye_timer->async_wait([weak = weak_from_this()](runtime::error_code ec) {
@@ -402,6 +398,16 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     maybe_finish_close();
   }
 
+  // No new operation, peer or waiter from here; waiters for a peer fail now.
+  void stop_admitting() {
+    if (closed) return;
+    closed = true;
+    ready.close(make_error_code(Status::CLOSED));
+    while (!address_waiters.empty())
+      finish_waiter(address_waiters.begin()->first,
+                    std::make_exception_ptr(ClosedError("the session closed while waiting for a peer")), 0);
+  }
+
   // Posted: this may run inside a transport callback (a peer failed), which must not destroy it.
   void maybe_finish_close() {
     if (!closing || goodbye_timer == nullptr || !goodbye_waiting.empty() || goodbye_unsent != 0) return;
@@ -412,13 +418,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
 
   // Immediate close: what is still in flight fails with ClosedError. Waiters hear of it once.
   void close_on_loop() {
-    if (!closed) {
-      closed = true;
-      ready.close(make_error_code(Status::CLOSED));
-      while (!address_waiters.empty())
-        finish_waiter(address_waiters.begin()->first,
-                      std::make_exception_ptr(ClosedError("the session closed while waiting for a peer")), 0);
-    }
+    stop_admitting();
     close_done = true;
     goodbye_timer.reset();
     goodbye_waiting.clear();
@@ -1029,8 +1029,8 @@ void Session::close() {
   // On the loop thread nobody could run the goodbye while this waits: close at once.
   if (loop_->in_loop_thread()) return impl_->close_on_loop();
   try {
-    wait_for(*loop_, async_close(runtime::asio::use_future),
-             detail::SessionImpl::kGoodbyeBudget + std::chrono::seconds(1), "close");
+    wait_op(*loop_, detail::SessionImpl::kGoodbyeBudget + std::chrono::seconds(1), "close",
+            [&](auto done) { async_close(std::move(done)); });
   } catch (const TimeoutError&) {
     detail::log().warn("close: the goodbye did not finish; closing at once");
   }

@@ -30,10 +30,6 @@ class WarningLog {
  public:
   WarningLog() {
     runtime::set_log_hook([this](runtime::LogLevel level, std::string_view line) {
-      if (std::getenv("HMC_TEST_ECHO") != nullptr) {
-        const auto t = std::chrono::steady_clock::now().time_since_epoch().count() / 1000000 % 100000;
-        std::fprintf(stderr, "%lld %.*s\n", static_cast<long long>(t), static_cast<int>(line.size()), line.data());
-      }
       if (level != runtime::LogLevel::warn && level != runtime::LogLevel::error) return;
       std::lock_guard<std::mutex> lock(mutex_);
       lines_.emplace_back(line);
@@ -53,23 +49,42 @@ class WarningLog {
   std::vector<std::string> lines_;
 };
 
-class SessionClose : public ::testing::TestWithParam<Param> {};
+class SessionClose : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    dir = test::temp_dir();
+    SessionOptions o = options();
+    o.progress_thread = GetParam().receiver;
+    receiver_ = std::make_unique<Session>(o);
+    receiver_->init_server("127.0.0.1", 1, 0, 0, 0, dir);
+  }
+  void TearDown() override {
+    receiver_.reset();
+    std::filesystem::remove_all(dir);
+  }
+  SessionOptions options() const {
+    return test::session_options(GetParam().tls, runtime::ProgressMode::adaptive, 1u << 20, dir);
+  }
+  // A sender session with `rank`, connected to the receiver both ways.
+  std::unique_ptr<Session> connect_sender(std::uint32_t rank) {
+    auto sender = std::make_unique<Session>(options());
+    EXPECT_EQ(sender->connect(0, rank, "127.0.0.1", 1, receiver_->ctrl_port()), 0u);
+    receiver_->wait_peer(rank, 10s);
+    return sender;
+  }
+
+  std::string dir;
+  std::unique_ptr<Session> receiver_;
+};
 
 // A sender that sends and closes at once: its last messages travel over UCX while its control
 // socket closes; the receiver gets every one, in order, and only then PeerLostError. Sends still
 // in flight when close() begins finish first.
 TEST_P(SessionClose, MessagesSentJustBeforeCloseAllArriveBeforeTheLoss) {
-  const std::string dir = test::temp_dir();
-  SessionOptions ro = test::session_options(GetParam().tls, runtime::ProgressMode::adaptive, 1u << 20, dir);
-  ro.progress_thread = GetParam().receiver;
-  Session receiver(ro);
-  receiver.init_server("127.0.0.1", 1, 0, 0, 0, dir);
   constexpr std::uint64_t kTags = 40;
   for (std::uint32_t round = 1; round <= 6; ++round) {
-    auto sender = std::make_unique<Session>(
-        test::session_options(GetParam().tls, runtime::ProgressMode::adaptive, 1u << 20, dir));
-    ASSERT_EQ(sender->connect(0, round, "127.0.0.1", 1, receiver.ctrl_port()), 0u);
-    receiver.wait_peer(round, 10s);
+    auto sender = connect_sender(round);
+    Session& receiver = *receiver_;
     // A round trip first: both fast paths are up, so the tags below go over UCX.
     sender->ctrl_send(0, 1);
     ASSERT_EQ(receiver.ctrl_recv(round, 10s), 1u);
@@ -86,20 +101,12 @@ TEST_P(SessionClose, MessagesSentJustBeforeCloseAllArriveBeforeTheLoss) {
     EXPECT_THROW(receiver.ctrl_recv(round, 10s), PeerLostError);
     EXPECT_THROW(receiver.put(round, 0, 0, 8), Error);
   }
-  std::filesystem::remove_all(dir);
 }
 
 // Bytes put just before a close are at the peer: the closer flushes before it says goodbye.
 TEST_P(SessionClose, PutsIssuedJustBeforeCloseLandBeforeTheGoodbye) {
-  const std::string dir = test::temp_dir();
-  SessionOptions ro = test::session_options(GetParam().tls, runtime::ProgressMode::adaptive, 1u << 20, dir);
-  ro.progress_thread = GetParam().receiver;
-  Session receiver(ro);
-  receiver.init_server("127.0.0.1", 1, 0, 0, 0, dir);
-  auto sender =
-      std::make_unique<Session>(test::session_options(GetParam().tls, runtime::ProgressMode::adaptive, 1u << 20, dir));
-  ASSERT_EQ(sender->connect(0, 1, "127.0.0.1", 1, receiver.ctrl_port()), 0u);
-  receiver.wait_peer(1, 10s);
+  auto sender = connect_sender(1);
+  Session& receiver = *receiver_;
   constexpr std::size_t kPieces = 64, kPiece = 4096;
   test::fill(sender->buffer(), 0, kPieces * kPiece, 7);
   std::vector<std::future<void>> puts;
@@ -111,7 +118,6 @@ TEST_P(SessionClose, PutsIssuedJustBeforeCloseLandBeforeTheGoodbye) {
   EXPECT_EQ(receiver.ctrl_recv(1, 10s), 9u);
   EXPECT_TRUE(test::holds(receiver.buffer(), 0, kPieces * kPiece, 7));
   EXPECT_THROW(receiver.ctrl_recv(1, 10s), PeerLostError);
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(TransportsAndReceivers, SessionClose,
