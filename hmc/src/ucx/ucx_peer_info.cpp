@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include <array>
-#include <cstring>
 #include <fstream>
 
-#include "detail/byte_order.hpp"
+#include "detail/wire_reader.hpp"
+#include "detail/wire_writer.hpp"
 
 namespace hmc::detail {
 namespace {
@@ -15,55 +15,10 @@ constexpr std::uint32_t kInfoMagic = 0x32584355;  // "UCX2"
 constexpr std::size_t kMaxBlob = 1u << 20;         // worker addresses and rkeys are far smaller
 constexpr std::size_t kMaxText = 1024;             // an IP address, a shared-memory domain
 
-class Writer {
- public:
-  void u16(std::uint16_t v) { grow(2), store_le16(out_.data() + out_.size() - 2, v); }
-  void u32(std::uint32_t v) { grow(4), store_le32(out_.data() + out_.size() - 4, v); }
-  void u64(std::uint64_t v) { grow(8), store_le64(out_.data() + out_.size() - 8, v); }
-  void blob(const void* p, std::size_t n) {
-    u32(static_cast<std::uint32_t>(n));
-    grow(n);
-    if (n != 0) std::memcpy(out_.data() + out_.size() - n, p, n);
-  }
-  std::vector<std::byte> take() { return std::move(out_); }
-
- private:
-  void grow(std::size_t n) { out_.resize(out_.size() + n); }
-  std::vector<std::byte> out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> in) : in_(in) {}
-  bool u16(std::uint16_t& v) { return take(2) && (v = load_le16(at_), true); }
-  bool u32(std::uint32_t& v) { return take(4) && (v = load_le32(at_), true); }
-  bool u64(std::uint64_t& v) { return take(8) && (v = load_le64(at_), true); }
-  template <class Out>
-  bool blob(Out& out, std::size_t max) {
-    std::uint32_t n = 0;
-    if (!u32(n) || n > max || !take(n)) return false;
-    out.resize(n);
-    if (n != 0) std::memcpy(out.data(), at_, n);
-    return true;
-  }
-  bool done() const { return pos_ == in_.size(); }
-
- private:
-  bool take(std::size_t n) {
-    if (in_.size() - pos_ < n) return false;
-    at_ = in_.data() + pos_;
-    pos_ += n;
-    return true;
-  }
-  std::span<const std::byte> in_;
-  std::size_t pos_ = 0;
-  const std::byte* at_ = nullptr;
-};
-
 }  // namespace
 
 std::vector<std::byte> UcxPeerInfo::encode() const {
-  Writer w;
+  WireWriter w;
   w.u32(kInfoMagic);
   w.u32(rank);
   w.u64(buffer_base);
@@ -80,7 +35,7 @@ std::vector<std::byte> UcxPeerInfo::encode() const {
 }
 
 std::string UcxPeerInfo::decode(std::span<const std::byte> bytes, UcxPeerInfo& out) {
-  Reader r(bytes);
+  WireReader r(bytes);
   std::uint32_t magic = 0;
   if (!r.u32(magic) || magic != kInfoMagic) return "not a UCX peer-info message";
   if (!r.u32(out.rank) || !r.u64(out.buffer_base) || !r.u64(out.buffer_size) || !r.u32(out.memory_type) ||
