@@ -542,8 +542,8 @@ asio::awaitable<void> WorldImpl::broadcast(CollectiveCall& c, CollectiveResult& 
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint64_t s = seq_++;
     const std::size_t base = region(s);
-    auto b = batch();
     if (root) {
+      auto b = batch();
       const auto [off, len] = slice(total, j, piece);
       if (len != 0) session.buffer().write_from_cpu(c.data.data() + off, len, base);
       // Everyone entered the round (their readiness) before anyone learns it may read.
@@ -554,23 +554,7 @@ asio::awaitable<void> WorldImpl::broadcast(CollectiveCall& c, CollectiveResult& 
       co_await n->wait();
       continue;
     }
-    auto got = std::make_shared<WorldMessage>();
-    send(b, c.root, WorldMessage{WorldKind::ready, 0, 0, s, 0, 0, 0, 0});
-    expect(b, c.root, WorldKind::notice, s, 1, deadline, [got](const WorldMessage& m, std::span<const std::byte>) { *got = m; });
-    co_await b->wait();
-    if (j == 0) {
-      total = got->c;
-      if (total > kMaxContribution || got->d != rounds_for(total, piece))
-        throw Fault{Status::PROTOCOL_ERROR, c.root, "the root announced inconsistent sizes"};
-      rounds = static_cast<std::size_t>(got->d);
-      r.bytes.resize(total);
-    }
-    const auto [off, len] = slice(total, j, piece);
-    if (got->b != len) throw Fault{Status::PROTOCOL_ERROR, c.root, "the root announced a piece of the wrong size"};
-    auto g = batch();
-    get(g, c.root, base, got->a, len);
-    co_await g->wait();
-    if (len != 0) session.buffer().read_to_cpu(r.bytes.data() + off, len, base);
+    co_await root_piece(c.root, RootRound{s, base, j, piece, true}, total, rounds, r.bytes, deadline);
   }
 }
 
@@ -668,8 +652,8 @@ asio::awaitable<void> WorldImpl::scatter(CollectiveCall& c, CollectiveResult& r,
   for (std::size_t j = 0; j < rounds; ++j) {
     const std::uint64_t s = seq_++;
     const std::size_t base = region(s);
-    auto b = batch();
     if (root) {
+      auto b = batch();
       for (auto d : peers)
         if (const auto [off, len] = slice(c.blocks[d].size(), j, piece); len != 0)
           session.buffer().write_from_cpu(c.blocks[d].data() + off, len, base + slot(d));
@@ -682,24 +666,32 @@ asio::awaitable<void> WorldImpl::scatter(CollectiveCall& c, CollectiveResult& r,
       co_await nb->wait();
       continue;
     }
-    auto got = std::make_shared<WorldMessage>();
-    send(b, c.root, WorldMessage{WorldKind::ready, 0, 0, s, 0, 0, 0, 0});
-    expect(b, c.root, WorldKind::notice, s, 1, deadline, [got](const WorldMessage& m, std::span<const std::byte>) { *got = m; });
-    co_await b->wait();
-    if (j == 0) {
-      total = got->c;
-      if (total > kMaxContribution || got->d == 0 || got->d > kMaxContribution || got->d < rounds_for(total, piece))
-        throw Fault{Status::PROTOCOL_ERROR, c.root, "the root announced inconsistent sizes"};
-      rounds = static_cast<std::size_t>(got->d);
-      r.bytes.resize(total);
-    }
-    const auto [off, len] = slice(total, j, piece);
-    if (got->b != len) throw Fault{Status::PROTOCOL_ERROR, c.root, "the root announced a piece of the wrong size"};
-    auto g = batch();
-    get(g, c.root, base, got->a, len);
-    co_await g->wait();
-    if (len != 0) session.buffer().read_to_cpu(r.bytes.data() + off, len, base);
+    co_await root_piece(c.root, RootRound{s, base, j, piece, false}, total, rounds, r.bytes, deadline);
   }
+}
+
+asio::awaitable<void> WorldImpl::root_piece(std::uint32_t root, RootRound at, std::uint64_t& total, std::size_t& rounds,
+                                            std::vector<std::byte>& out, time_point deadline) {
+  auto b = batch();
+  auto got = std::make_shared<WorldMessage>();
+  send(b, root, WorldMessage{WorldKind::ready, 0, 0, at.seq, 0, 0, 0, 0});
+  expect(b, root, WorldKind::notice, at.seq, 1, deadline, [got](const WorldMessage& m, std::span<const std::byte>) { *got = m; });
+  co_await b->wait();
+  if (at.j == 0) {
+    total = got->c;
+    const std::size_t least = rounds_for(total, at.piece);
+    const bool consistent = at.exact_rounds ? got->d == least : got->d >= least && got->d <= kMaxContribution;
+    if (total > kMaxContribution || got->d == 0 || !consistent)
+      throw Fault{Status::PROTOCOL_ERROR, root, "the root announced inconsistent sizes"};
+    rounds = static_cast<std::size_t>(got->d);
+    out.resize(total);
+  }
+  const auto [off, len] = slice(total, at.j, at.piece);
+  if (got->b != len) throw Fault{Status::PROTOCOL_ERROR, root, "the root announced a piece of the wrong size"};
+  auto g = batch();
+  get(g, root, at.base, got->a, len);
+  co_await g->wait();
+  if (len != 0) session.buffer().read_to_cpu(out.data() + off, len, at.base);
 }
 
 asio::awaitable<void> WorldImpl::all_reduce(CollectiveCall& c, time_point deadline) {

@@ -79,6 +79,16 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
   asio::awaitable<void> gather(CollectiveCall& c, CollectiveResult& r, time_point deadline);
   asio::awaitable<void> scatter(CollectiveCall& c, CollectiveResult& r, time_point deadline);
   asio::awaitable<void> all_reduce(CollectiveCall& c, time_point deadline);
+  // Round j of a non-root rank in broadcast/scatter. exact_rounds: the root announces exactly the
+  // rounds this rank's total needs (broadcast); otherwise at least as many (scatter: its largest block).
+  struct RootRound {
+    std::uint64_t seq;
+    std::size_t base, j, piece;
+    bool exact_rounds;
+  };
+  // Says ready, learns where the root put this rank's piece, reads it into out; round 0 sets total and rounds.
+  asio::awaitable<void> root_piece(std::uint32_t root, RootRound at, std::uint64_t& total, std::size_t& rounds,
+                                   std::vector<std::byte>& out, time_point deadline);
 
   // One message to `to`, counted in the batch (a failure to send is left to the receives).
   void send(const std::shared_ptr<Batch>& b, std::uint32_t to, WorldMessage m, std::span<const std::byte> piece = {});
