@@ -6,6 +6,7 @@
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
+#include "world/watch_ended.hpp"
 
 namespace hmc::detail {
 
@@ -183,14 +184,10 @@ asio::awaitable<void> Connector::doorbells() {
     auto [e, who] = co_await store_->async_get(std::move(bell), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
     if (stopped_) co_return;
     if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const TimeoutError&) {
-        continue;
-      } catch (const std::exception& err) {
-        runtime::log().info("rank {}: doorbell watch ended: {}", rank_, err.what());
-        co_return;
-      }
+      const auto ended = watch_ended(e);
+      if (!ended) continue;
+      runtime::log().info("rank {}: doorbell watch ended: {}", rank_, *ended);
+      co_return;
     }
     ++bells_seen_;
     char* end = nullptr;

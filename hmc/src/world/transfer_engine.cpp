@@ -16,6 +16,7 @@
 #include "world/connector.hpp"
 #include "world/call_on.hpp"
 #include "world/store_handshake.hpp"
+#include "world/watch_ended.hpp"
 
 namespace hmc {
 namespace detail {
@@ -94,14 +95,10 @@ class TransferEngineImpl : public std::enable_shared_from_this<TransferEngineImp
       auto [e, m] = co_await session.async_ctrl_recv(peer, std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
       if (closed) co_return;
       if (e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const TimeoutError&) {
-          continue;
-        } catch (const std::exception& err) {
-          lost(peer, err.what());
-          co_return;
-        }
+        const auto ended = watch_ended(e);
+        if (!ended) continue;
+        lost(peer, *ended);
+        co_return;
       }
       const auto msg = decode(m.bytes());
       if (!msg) {

@@ -10,6 +10,7 @@
 #include "hmc/runtime/log.hpp"
 #include "world/batch.hpp"
 #include "world/reduce.hpp"
+#include "world/watch_ended.hpp"
 
 namespace hmc::detail {
 
@@ -133,13 +134,8 @@ asio::awaitable<void> WorldImpl::watch_aborts() {
     auto [e, text] = co_await store->async_get(std::move(key), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
     if (shut_) co_return;
     if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const TimeoutError&) {
-        continue;
-      } catch (const std::exception&) {
-        co_return;  // the store is gone: aborts still travel between connected peers
-      }
+      if (!watch_ended(e)) continue;
+      co_return;  // the store is gone: aborts still travel between connected peers
     }
     unsigned status = 0;
     unsigned long culprit = 0;
