@@ -19,11 +19,12 @@ memory the session owns (or keeps alive), and its result is dropped.
 import asyncio
 import collections
 import functools
+import threading
 
 from . import _args
 from ._errors import CancelledError as HMCCancelled, ClosedError, HMCError, InvalidArgumentError, NotConnectedError, TimeoutError
 from .future import Future
-from .session import Session
+from .session import _SLOW, Session
 
 
 class AsyncSession(Session):
@@ -32,6 +33,7 @@ class AsyncSession(Session):
     _notify = True  # operations started here are drained by the event loop
     # The asyncio thread drives the session: no HMC thread, no hop (docs/design.md "Who drives the session").
     _default_progress_thread = "caller"
+    _quick_thread = None  # the thread _quick_rma last found running this session's event loop
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -52,6 +54,22 @@ class AsyncSession(Session):
         except asyncio.TimeoutError:
             raise TimeoutError(f"operation not complete after {timeout} s (it keeps running)") from None
         return then() if then is not None else None
+
+    def _quick_rma(self, is_put, ip, port, local_off, remote_off, nbytes):
+        """put_remote/get_remote with plain arguments in one C++ call that submits and progresses: an
+        operation already complete needs no asyncio future; one still running is awaited as usual."""
+        loop = self._loop
+        # Known to run on this thread: asyncio.get_running_loop() costs a getpid() system call
+        if loop is None or self._quick_thread != threading.get_ident() or not loop.is_running():
+            if loop is None or asyncio._get_running_loop() is not loop:
+                return _SLOW  # not attached to this event loop (yet): the general path attaches or refuses
+            self._quick_thread = threading.get_ident()
+        got = self._core.rma_start(is_put, ip, port, local_off, remote_off, nbytes)
+        if got is True:
+            return _completed()
+        if got is None:
+            return _SLOW
+        return self._settle(got, None, None)
 
     def _call(self, fn, *args):
         return self._blocking(fn, *args)
@@ -184,6 +202,11 @@ class AsyncSession(Session):
             self._unclaimed[rank].append(inner.result())
         elif not inner.cancelled() and not isinstance(inner.exception(), HMCCancelled):
             inner.exception()  # retrieved: a timeout/peer-lost of an abandoned receive is not an error
+
+
+async def _completed():
+    """What awaiting an operation that completed inside its call returns."""
+    return None
 
 
 class _PeerNotYet(NotConnectedError):

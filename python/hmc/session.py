@@ -16,6 +16,8 @@ from ._reference import ReferenceBuffer, ReferenceSession, memory_type_from_torc
 from .future import Future
 
 DEFAULT_BUFFER_SIZE = 128 << 20
+_UCX = ConnType.UCX
+_SLOW = object()  # a fast path's answer when it sent nothing: take the general path
 _KEEP_IDS = 4096  # finished operations still waitable by id (Session.wait) once more have been issued
 
 
@@ -178,6 +180,11 @@ class Session(ReferenceSession):
     def _call(self, fn, *args):
         return fn(*args)
 
+    def _quick_rma(self, is_put, ip, port, local_off, remote_off, nbytes):
+        """put_remote/get_remote with plain arguments (ints, a rank or an 'ip') in one C++ call that
+        submits and waits; _SLOW, with nothing sent, for anything else (the general path checks it)."""
+        return None if self._core.rma_wait(is_put, ip, port, local_off, remote_off, nbytes) else _SLOW
+
     def _future(self, op):
         return Future(op, None, self.timeout + 1.0)
 
@@ -289,11 +296,19 @@ class Session(ReferenceSession):
         """Puts local [local_off, +nbytes) to the peer's [remote_off, +nbytes); the bytes are in the
         peer's buffer on return. port None: the only peer at ip. notify: a tag (int) or bytes that
         the peer's ctrl_recv gets only after these bytes are visible to it (one operation)."""
+        if conn is _UCX and timeout is None and notify is None:  # the common call: one C++ call
+            done = self._quick_rma(True, ip, port, local_off, remote_off, nbytes)
+            if done is not _SLOW:
+                return done
         timeout = _args.timeout(timeout)
         op = self._rma_op(True, ip, port, local_off, remote_off, nbytes, conn, notify=notify)
         return self._finish(op, timeout)
 
     def get_remote(self, ip, port, local_off, remote_off, nbytes, conn=ConnType.UCX, timeout=None):
+        if conn is _UCX and timeout is None:
+            done = self._quick_rma(False, ip, port, local_off, remote_off, nbytes)
+            if done is not _SLOW:
+                return done
         timeout = _args.timeout(timeout)
         return self._finish(self._rma_op(False, ip, port, local_off, remote_off, nbytes, conn), timeout)
 

@@ -64,6 +64,12 @@ class OpState {
     return cv_.wait_until(lock, runtime::deadline_after(*timeout), [&] { return done_; });
   }
 
+  // Done without an error (the fast path returns at once then; any other case goes the general way).
+  bool succeeded() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_ && !error_;
+  }
+
   // After done(): rethrows the operation's error, else returns its control message (if any).
   std::optional<CtrlMessage> result() const {
     std::lock_guard<std::mutex> lock(mutex_);
