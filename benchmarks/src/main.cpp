@@ -150,6 +150,7 @@ long iterations(const Options& o, const std::string& test, std::size_t size) {
 // operation ends where the next begins): at 64 KiB on shared memory a second read was ~4% of an op.
 asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t peer, std::size_t size,
                            std::size_t depth, long n, std::vector<double>& lat) {
+  lat.reserve(lat.size() + static_cast<std::size_t>(n));  // no reallocation while measuring
   auto t0 = clock_type::now();
   for (long i = 0; i < n; ++i) {
     if (test == "put_bw") {
