@@ -183,19 +183,35 @@ class AsyncSession(Session):
         message: a message the cancelled receive already took is returned by the next one."""
         timeout = _args.timeout(timeout)
         rank = await self._peer_rank(peer)
-        for orphan in self._orphans.pop(rank, []):
-            await asyncio.wait({orphan})  # a cancelled receive resolves promptly: see below
+        while self._orphans[rank]:  # a cancelled receive resolves promptly: see _orphan
+            await asyncio.wait(self._orphans[rank])  # cancelled here, they stay for the next receive
+            self._orphans[rank] = [o for o in self._orphans[rank] if not o.done()]
         if self._unclaimed[rank]:
             return self._unclaimed[rank].popleft()
         op = self._core.ctrl_recv(rank, timeout, True)
-        inner = self._track(op)
+        fut = self._track(op)
         try:
-            return await asyncio.shield(inner)
+            return await fut  # not shielded: a shield costs an event-loop turn per message
         except asyncio.CancelledError:
-            op.cancel()  # withdraw the C++ receive; if it already took a message, keep that message
-            inner.add_done_callback(functools.partial(self._keep_unclaimed, rank))
-            self._orphans[rank].append(inner)
+            self._orphan(rank, op)
             raise
+
+    def _orphan(self, rank, op):
+        """The receive `op` was cancelled: a message it took (now or later) goes to the next receive."""
+        entry = self._pending.pop(op.id, None)
+        if op.done():  # settled or not, the op holds the message
+            try:
+                self._unclaimed[rank].append(op.result())
+            except HMCError:
+                pass  # a timeout/peer-lost of an abandoned receive is not an error
+            return
+        if entry is None:
+            return  # close() dropped it: no message can come
+        op.cancel()  # withdraw the C++ receive; if it already took a message, keep that message
+        orphan = self._loop.create_future()
+        self._pending[op.id] = (orphan, op)  # its completion settles the orphan
+        orphan.add_done_callback(functools.partial(self._keep_unclaimed, rank))
+        self._orphans[rank].append(orphan)
 
     def _keep_unclaimed(self, rank, inner):
         if not inner.cancelled() and inner.exception() is None:

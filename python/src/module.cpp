@@ -338,8 +338,9 @@ class Core {
         CompletionQueue& q;
         ~Stop() { q.stop_collecting(); }
       } stop{*queue_};
-      // Back to asyncio as soon as an operation completed: a spinning poller would keep it here.
-      s->progress([q = queue_.get()] { return q->pending(); });
+      // One pass (EventLoop::poll): what is ready, every completion in it, one cycle per poller;
+      // a poller that spins cycles again in asyncio's next turn (the wakeup fd stays readable).
+      s->progress();
     }
     return drain();
   }

@@ -243,6 +243,7 @@ struct EventLoop::State {
       wakeup->consume();
       for (auto it = pollers.begin(); it != pollers.end();) {
         if (auto p = it->lock()) {
+          p->hold();  // each poller cycles once per poll(): a spin goes on in the caller's next poll()
           p->poke();
           ++it;
         } else {
@@ -258,13 +259,25 @@ struct EventLoop::State {
           break;
         }
       }
-      if (n == kPollBatch || stopped_early) wakeup->signal();  // more may be ready: the wakeup fd stays readable
+      const bool spinning = release_pollers();
+      // More may be ready, or a poller spins: the wakeup fd stays readable.
+      if (n == kPollBatch || stopped_early || spinning) wakeup->signal();
     } catch (...) {
+      release_pollers();
       leave();
       throw;
     }
     leave();
     return n;
+  }
+
+  // Ends poll()'s hold: a poller that wanted to cycle again is posted. True when one was.
+  bool release_pollers() {
+    bool any = false;
+    for (const auto& weak : pollers) {
+      if (auto p = weak.lock()) any = p->release() || any;
+    }
+    return any;
   }
 
   // Takes the driver's seat if it is free (caller-driven loops only); never waits.

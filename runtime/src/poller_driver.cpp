@@ -49,6 +49,16 @@ void PollerDriver::kick() {
 
 void PollerDriver::poke() { schedule(); }
 
+void PollerDriver::hold() { holding_ = true; }
+
+bool PollerDriver::release() {
+  holding_ = false;
+  if (!held_) return false;
+  held_ = false;
+  schedule();
+  return true;
+}
+
 void PollerDriver::stop() {
   if (stopped_) return;
   stopped_ = true;
@@ -58,6 +68,14 @@ void PollerDriver::stop() {
     fd_.cancel(ignored);
     fd_.release();
   }
+}
+
+void PollerDriver::again() {
+  if (holding_) {
+    held_ = true;
+    return;
+  }
+  schedule();
 }
 
 void PollerDriver::schedule() {
@@ -96,23 +114,23 @@ void PollerDriver::cycle() {
     idle_ = false;
     idle_busy_arms_ = 0;
     if (burst + 1 == kMaxProgressBurst) {
-      schedule();  // still busy: come back after other handlers had their turn
+      again();  // still busy: come back after other handlers had their turn
       return;
     }
   }
   idle_ = true;
   if (mode_ == ProgressMode::poll) {
-    schedule();
+    again();
     return;
   }
   const clock::duration window = spin_window();
   if (window > clock::duration::zero() && now - activity_.last_activity() < window) {
-    schedule();  // spinning: the next arrival is expected soon, a wakeup would cost more
+    again();  // spinning: the next arrival is expected soon, a wakeup would cost more
     return;
   }
   if (poller_.try_arm() == ArmResult::busy) {
     if (++idle_busy_arms_ < kMaxIdleBusyArms) {
-      schedule();  // events raced with arming: progress again, never sleep on them
+      again();  // events raced with arming: progress again, never sleep on them
       return;
     }
     const auto pause = std::min<std::chrono::microseconds>(

@@ -26,10 +26,16 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   void kick();
   // One more cycle (progress, then arm when idle) without counting as activity.
   void poke();
+  // EventLoop::poll() holds the cycle's own re-post (a spin, poll mode, a busy burst) while it runs
+  // and releases it when it returns: an outside selector then runs its callbacks between two cycles
+  // instead of waiting behind a batch of them. release() posts a held cycle; true when there was one.
+  void hold();
+  bool release();
   void stop();
 
  private:
   void schedule();
+  void again();  // the next cycle right away: posted, or held for release()
   void cycle();
   clock::duration spin_window() const noexcept;
   static long preemptions() noexcept;  // this thread's involuntary context switches
@@ -51,6 +57,8 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   bool timer_armed_ = false;
   bool stopped_ = false;
   bool kicked_ = false;                 // a submission since the last cycle
+  bool holding_ = false;                // inside EventLoop::poll(): again() is held
+  bool held_ = false;                   // again() was called while holding
   clock::time_point last_probe_{};      // the last preemption count read (adaptive mode)
 };
 

@@ -50,6 +50,51 @@ def test_wait_for_timeout_on_ctrl_recv_loses_no_message(server, tls):
     run(server, tls, body)
 
 
+@pytest.mark.parametrize("progress_thread", ["caller", "own"])
+def test_a_receive_cancelled_at_any_point_loses_and_reorders_nothing(tmp_path, progress_thread):
+    """ctrl_recv awaits its operation's future directly (no shield): a cancel before the message, or
+    after the message was taken but before the task resumed, hands the message to the next receive."""
+    kw = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
+
+    async def main():
+        with hmc.create_session(**kw) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kw, progress_thread=progress_thread) as c:
+                await asyncio.wait_for(c.connect("127.0.0.1", server.ctrl_port), 20)
+                # Taken but not resumed: the message is settled while the task still waits for its turn.
+                t = asyncio.ensure_future(c.ctrl_recv(0, timeout=20))
+                await asyncio.sleep(0)
+                server.ctrl_send(1, 7)
+                for _ in range(100_000):
+                    if not c._pending:
+                        break
+                    await asyncio.sleep(0)
+                assert not t.done()
+                t.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await t
+                assert await c.ctrl_recv(0, timeout=20) == 7
+                # Cancelled before the message, many times, racing with its arrival.
+                sent = 200
+                sender = asyncio.ensure_future(asyncio.to_thread(lambda: [server.ctrl_send(1, i) for i in range(sent)]))
+                got = []
+                for i in range(2 * sent):
+                    t = asyncio.ensure_future(c.ctrl_recv(0, timeout=20))
+                    for _ in range(i % 4):  # 0: cancelled before it starts; 1-3: while it waits or lands
+                        await asyncio.sleep(0)
+                    t.cancel()
+                    await asyncio.wait({t})
+                    if not t.cancelled():
+                        got.append(t.result())
+                while len(got) < sent:
+                    got.append(await c.ctrl_recv(0, timeout=20))
+                assert got == list(range(sent))
+                assert not c._pending
+                await sender
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_cancelled_transfers_neither_corrupt_nor_leak(server, tls):
     async def body(c):
         big = 32 * MiB

@@ -143,6 +143,36 @@ TEST(CallerDriven, PollWithAStopConditionReturnsOnceItHoldsAndLeavesTheRestReada
   EXPECT_EQ(ran, 10);
 }
 
+// A spinning poller (poll mode; hybrid and adaptive after activity) cycles once per poll(): an
+// outside selector (asyncio) runs its own callbacks between two cycles instead of behind a batch of
+// up to 256 of them (that was ~100 us per event-loop turn, several turns per awaited message), and
+// the wakeup fd stays readable so the spin goes on in its next poll(). Work found is still taken
+// in the same cycle.
+TEST(CallerDriven, PollCyclesASpinningPollerOnceAndLeavesTheWakeupFdReadable) {
+  EventLoopOptions poll_mode{ProgressMode::poll};
+  EventLoopOptions hybrid{ProgressMode::hybrid};
+  hybrid.hybrid_spin = std::chrono::hours(1);  // spins for the whole test after the attach's kick
+  for (const EventLoopOptions& options : {poll_mode, hybrid}) {
+    SCOPED_TRACE(to_string(options.mode));
+    EventLoop loop(options);
+    const int fd = loop.wakeup_fd();
+    EventfdPoller p;
+    PollerHandle handle = loop.call([&] { return loop.attach(p); });
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(readable(fd));
+      const long before = p.progress_calls.load();
+      loop.poll();
+      EXPECT_EQ(p.progress_calls.load() - before, 1) << "one cycle per poll()";
+    }
+    EXPECT_TRUE(readable(fd)) << "the spin goes on in the next poll()";
+    EXPECT_EQ(p.arm_calls.load(), 0) << "a spinning poller never armed";
+    p.add_work(3, /*signal=*/false);
+    loop.poll();
+    EXPECT_EQ(p.completed.load(), 3);
+    loop.call([&] { handle.detach(); });
+  }
+}
+
 TEST(CallerDriven, CallRunsInlineWhileTheSeatIsFreeAndWakesTheSelectorAfter) {
   EventLoop loop;
   const int fd = loop.wakeup_fd();

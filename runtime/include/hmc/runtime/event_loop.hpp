@@ -77,9 +77,10 @@ class EventLoop {
   bool run_until(const std::function<bool()>& done, clock::time_point deadline);
   // Runs the handlers that are ready (at most a batch) and progresses every attached poller once;
   // never blocks. Returns the number of handlers run: 0 also when another thread drives the loop.
-  // With `stop`, returns as soon as stop() holds after a handler (a spinning poller keeps handlers
-  // ready: the caller's operation may be done long before the batch is); the wakeup fd then stays
-  // readable for the rest.
+  // A poller that would spin (adaptive, hybrid, poll mode) cycles again in the next poll(), not in
+  // this one: the wakeup fd stays readable, so an outside selector runs its own callbacks between
+  // two cycles instead of behind a batch of them. With `stop`, returns as soon as stop() holds
+  // after a handler; the wakeup fd then stays readable for the rest.
   std::size_t poll(const std::function<bool()>& stop = {});
   // Readable while the loop has work for poll(): socket I/O and timers (the io_uring ring), the
   // fds of attached pollers once armed (waited on through the ring), handlers posted from other
