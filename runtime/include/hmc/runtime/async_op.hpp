@@ -22,6 +22,15 @@ class LoopWakeup;
 // Taken before a post from outside the loop: null unless the loop has a wakeup fd.
 std::shared_ptr<LoopWakeup> wakeup_for_post(loop_executor loop);
 void signal(LoopWakeup& wakeup) noexcept;
+// Taken before a post from outside the loop: null unless the loop has a keeper (start_keeper()).
+std::shared_ptr<LoopWakeup> keeper_for_post(loop_executor loop);
+// The keeper drives at once (a thread waits for the work without driving the loop).
+void nudge(LoopWakeup& wakeup) noexcept;
+
+template <class Token>
+inline constexpr bool is_use_future = false;
+template <class Allocator>
+inline constexpr bool is_use_future<asio::use_future_t<Allocator>> = true;
 }  // namespace detail
 
 // Posts f to the loop from any thread (a loop driven from an outside selector learns of it).
@@ -33,16 +42,20 @@ void post_to_loop(loop_executor loop, F&& f) {
 }
 
 // Runs init(any_completion_handler<Signature>) on the loop thread (inline when already there).
+// A std::future is waited for without driving the loop: with use_future, a keeper drives at once.
 template <class Signature, class Token, class Init>
 auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
   return asio::async_initiate<Token, Signature>(
       [loop](auto handler, auto start) mutable {
         asio::any_completion_handler<Signature> erased(std::move(handler));
         const auto wakeup = detail::wakeup_for_post(loop);
+        std::shared_ptr<detail::LoopWakeup> keeper;
+        if constexpr (detail::is_use_future<std::decay_t<Token>>) keeper = detail::keeper_for_post(loop);
         asio::dispatch(loop, [erased = std::move(erased), start = std::move(start)]() mutable {
           start(std::move(erased));
         });
         if (wakeup) detail::signal(*wakeup);
+        if (keeper) detail::nudge(*keeper);
       },
       token, std::forward<Init>(init));
 }
