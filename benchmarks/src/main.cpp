@@ -84,6 +84,7 @@ std::size_t buffer_for(const Options& o) {
 
 SessionOptions session_options(const Options& o, bool client) {
   SessionOptions s;
+  if (!client) s.progress_thread = ProgressThread::own;  // servers keep their own thread, whatever the default
   if (client && o.progress_thread_name != "default") s.progress_thread = o.progress_thread;
   s.buffer_size = buffer_for(o);
   s.progress_mode = o.mode;

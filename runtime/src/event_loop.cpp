@@ -41,15 +41,43 @@ class LoopWakeup {
     return true;
   }
 
+  // The keeper naps on this bell; a driver's leave (while the keeper waits for it), the stop and
+  // nudges ring it. `rung` stays set until the keeper's next nap: a ring is never missed.
+  void ring() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(bell_mutex);
+      rung = true;
+    }
+    bell_cv.notify_one();
+  }
+  void nap(std::chrono::steady_clock::duration d) {
+    std::unique_lock<std::mutex> lock(bell_mutex);
+    bell_cv.wait_for(lock, d, [this] { return rung; });
+    rung = false;
+  }
+  // Work was handed over by a thread that will wait for it without driving (a std::future): the
+  // keeper drives now rather than keeper_yield after the last caller left. One ring until served.
+  void nudge() noexcept {
+    if (keeper.load(std::memory_order_acquire) && !nudged.exchange(true, std::memory_order_acq_rel)) ring();
+  }
+
   std::atomic<int> efd{-1};  // set once, by EventLoop::wakeup_fd()
   std::atomic<bool> signalled{false};
+  std::atomic<bool> keeper{false};  // set once, by EventLoop::start_keeper()
+  std::atomic<bool> nudged{false};  // work waits for the keeper; cleared when the keeper drives
+  std::mutex bell_mutex;
+  std::condition_variable bell_cv;
+  bool rung = false;
 };
 
 void signal(LoopWakeup& wakeup) noexcept { wakeup.signal(); }
+void nudge(LoopWakeup& wakeup) noexcept { wakeup.nudge(); }
 
 namespace {
-// Loops with a wakeup fd in this process: while there are none, a post costs no service lookup.
+// Loops with a wakeup fd (with a keeper) in this process: while there are none, a post costs no
+// service lookup.
 std::atomic<int> wakeup_fds{0};
+std::atomic<int> keepers{0};
 
 // Finds a loop's wakeup from its io_context: posts made through an executor know no more.
 class WakeupService final : public asio::execution_context::service {
@@ -65,6 +93,11 @@ class WakeupService final : public asio::execution_context::service {
 
 std::shared_ptr<LoopWakeup> wakeup_for_post(loop_executor loop) {
   if (wakeup_fds.load(std::memory_order_relaxed) == 0 || loop.running_in_this_thread()) return nullptr;
+  return asio::use_service<WakeupService>(asio::query(loop, asio::execution::context)).wakeup;
+}
+
+std::shared_ptr<LoopWakeup> keeper_for_post(loop_executor loop) {
+  if (keepers.load(std::memory_order_relaxed) == 0 || loop.running_in_this_thread()) return nullptr;
   return asio::use_service<WakeupService>(asio::query(loop, asio::execution::context)).wakeup;
 }
 }  // namespace detail
@@ -93,6 +126,7 @@ struct EventLoop::State {
 
   ~State() {
     if (!drained) drain();
+    if (wakeup->keeper.load()) --detail::keepers;
     if (epoll_fd >= 0) {
       --detail::wakeup_fds;
       ::close(epoll_fd);  // the eventfd closes with its last LoopWakeup holder
@@ -110,8 +144,7 @@ struct EventLoop::State {
   void stop_io() {
     work.reset();
     io.stop();
-    { std::lock_guard<std::mutex> lock(mutex); }  // a keeper between its check and its wait sees it
-    keeper_cv.notify_all();
+    wakeup->ring();  // a napping keeper sees the stop
   }
 
   bool on_driver_thread() const noexcept { return driver.load() == std::this_thread::get_id(); }
@@ -189,6 +222,7 @@ struct EventLoop::State {
       keeper_leading = false;
       last_leave = clock::now();
       for (Waiter* w : waiters) w->cv.notify_one();
+      if (keeper_awaits_leave) wakeup->ring();  // once per stream of callers, not per call
       loop = std::move(deferred_loop);
       first = std::move(deferred_first);
     }
@@ -312,24 +346,34 @@ struct EventLoop::State {
   }
 
   // The keeper's body: drives while no caller wants the loop; once callers came, waits until none
-  // has driven for keeper_yield (they keep the loop without a hand-over per call), then drives again.
+  // has driven for keeper_yield (they keep the loop without a hand-over per call), then drives
+  // again; at once when nudged (work for a thread that waits without driving).
   void run_keeper() {
     const auto yield = options.keeper_yield;
     for (;;) {
+      clock::duration nap{};
       {
-        std::unique_lock<std::mutex> lock(mutex);
-        for (;;) {
-          if (io.stopped()) return;
-          const auto quiet = clock::now() - last_leave;
-          if (!leading && waiter_count.load() == 0 && quiet >= yield) break;
-          // While a caller drives, look less often: it runs everything; a leave wakes nobody.
-          const clock::duration nap = leading ? clock::duration(10 * yield) : quiet >= yield ? yield : yield - quiet;
-          keeper_cv.wait_for(lock, nap);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (io.stopped()) return;
+        // While a caller drives it runs everything: wait for its leave (which rings only while we
+        // wait for it), not for a fixed nap that outlasts it (posts then sat there up to 10 ms).
+        keeper_awaits_leave = leading;
+        if (leading) {
+          nap = 10 * yield;
+        } else if (const auto quiet = clock::now() - last_leave;
+                   waiter_count.load() != 0 || (quiet < yield && !wakeup->nudged.load())) {
+          nap = quiet >= yield ? clock::duration(yield) : yield - quiet;
+        } else {
+          leading = true;
+          keeper_leading = true;
+          driver.store(std::this_thread::get_id());
         }
-        leading = true;
-        keeper_leading = true;
-        driver.store(std::this_thread::get_id());
       }
+      if (nap != clock::duration::zero()) {
+        wakeup->nap(nap);
+        continue;
+      }
+      wakeup->nudged.store(false);  // what was handed over before now runs in this turn
       while (waiter_count.load() == 0 && io.run_one() != 0) wake_done_waiters();
       leave();
     }
@@ -373,11 +417,11 @@ struct EventLoop::State {
   int epoll_fd = -1;                         // the wakeup fd: reactor_fd + wakeup->efd
   std::vector<std::weak_ptr<detail::PollerDriver>> pollers;  // loop thread only
 
-  std::mutex mutex;  // leading, keeper_leading, last_leave, waiters, deferred_*
+  std::mutex mutex;  // leading, keeper_*, last_leave, waiters, deferred_*
   bool leading = false;
   bool keeper_leading = false;               // the driver is the keeper: waiters wake it
+  bool keeper_awaits_leave = false;          // the keeper waits for the driving caller to leave
   clock::time_point last_leave{};            // when a driver last left
-  std::condition_variable keeper_cv;         // the keeper waits for quiet callers, or the stop
   std::vector<Waiter*> waiters;
   std::atomic<std::size_t> waiter_count{0};
   std::atomic<int> waiter_misses{0};         // waiter spins in a row that ended asleep
@@ -429,6 +473,8 @@ void EventLoop::start() {
 void EventLoop::start_keeper() {
   if (state_->thread.joinable()) return;
   if (state_->dedicated.load()) throw std::logic_error("EventLoop::start_keeper on a loop that has its own thread");
+  state_->wakeup->keeper.store(true);
+  ++detail::keepers;
   state_->thread = std::thread([s = state_] { s->run_keeper(); });
 }
 

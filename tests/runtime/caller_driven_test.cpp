@@ -367,6 +367,24 @@ TEST(CallerDrivenKeeper, StepsAsideForAWaitingCallerAndStaysOffWhileItDrives) {
   loop.call([] {});  // the last step has run (on whoever drives) once this returns
 }
 
+// A std::future does not drive the loop: after a caller drove, work started with use_future must
+// not wait out keeper_yield (an hour here; 10 x keeper_yield before the keeper could be nudged).
+TEST(CallerDrivenKeeper, DrivesAtOnceForWorkAFutureWaitsFor) {
+  EventLoopOptions o;
+  o.keeper_yield = std::chrono::hours(1);
+  EventLoop loop(o);
+  loop.start_keeper();
+  loop.call([] {});  // a caller drove just now: the keeper stays off for keeper_yield
+  for (int i = 0; i < 3; ++i) {
+    auto f = async_on_loop<void(int)>(loop.executor(), asio::use_future, [&](asio::any_completion_handler<void(int)> h) {
+      complete_later(loop.executor(), std::move(h), i);
+    });
+    ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "round " << i << ": the keeper napped on";
+    EXPECT_EQ(f.get(), i);
+    loop.call([] {});  // the caller takes it back
+  }
+}
+
 TEST(CallerDrivenKeeper, FourCallersAndTheKeeperNeverOverlap) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 500;

@@ -15,6 +15,7 @@
 #include "world/batch.hpp"
 #include "world/connector.hpp"
 #include "world/call_on.hpp"
+#include "world/own_loop.hpp"
 #include "world/store_handshake.hpp"
 #include "world/watch_ended.hpp"
 
@@ -291,7 +292,7 @@ TransferEngine::TransferEngine(const std::string& store_url, const std::string& 
   if (unique_id.empty() || unique_id.find('/') != std::string::npos)
     throw InvalidArgumentError("engine id '" + unique_id + "' must be non-empty and without '/'");
   detail::take_session_auth(options.store, options.session);
-  session_ = std::make_unique<Session>(options.session);
+  session_ = std::make_unique<Session>(detail::with_own_loop(options.session));
   store_ = std::make_unique<Store>(store_url, options.store, session_->executor());
   const std::int64_t n = store_->add("te/next_rank", 1) - 1;
   if (n < 0 || n > static_cast<std::int64_t>(UINT32_MAX)) throw ProtocolError("the store handed out rank " + std::to_string(n));

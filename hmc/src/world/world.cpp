@@ -12,6 +12,7 @@
 #include "hmc/world/store_server.hpp"
 #include "security/auth.hpp"
 #include "world/call_on.hpp"
+#include "world/own_loop.hpp"
 #include "world/store_handshake.hpp"
 #include "world/world_impl.hpp"
 
@@ -76,7 +77,7 @@ World::World(const std::string& store_url, std::uint32_t size, std::optional<std
     throw UnsupportedError("collectives need a CPU session buffer (SessionOptions::mem_type = CPU)");
 
   detail::take_session_auth(options.store, options.session);
-  session_ = std::make_unique<Session>(options.session);
+  session_ = std::make_unique<Session>(detail::with_own_loop(options.session));
   const auto ex = session_->executor();
   // The embedded store: hosted by rank 0, or (automatic ranks) by whichever process binds it first.
   if (where.scheme == "tcp") {
@@ -137,7 +138,7 @@ World::World(std::uint32_t rank, std::uint32_t size, WorldOptions options) {
     throw InvalidArgumentError("rank " + std::to_string(rank) + " of a world of " + std::to_string(size));
   if (options.session.mem_type != MemoryType::CPU && options.session.mem_type != MemoryType::DEFAULT)
     throw UnsupportedError("collectives need a CPU session buffer (SessionOptions::mem_type = CPU)");
-  session_ = std::make_unique<Session>(options.session);
+  session_ = std::make_unique<Session>(detail::with_own_loop(options.session));
   if (options.local_ip.empty()) options.local_ip = options.session.local_ip;
   start_session(rank, size, options);
 }

@@ -25,7 +25,8 @@ class TransferEngineImpl;
 }
 
 struct TransferEngineOptions {
-  SessionOptions session;                    // buffer_size: staging for transfers in flight
+  SessionOptions session;                    // buffer_size: staging for transfers in flight; progress_thread:
+                                             // always own (a dedicated loop thread)
   StoreOptions store;                        // its key: store.auth_key, else session.auth_key (as WorldOptions)
   std::string local_ip;                      // empty: the local address of the connection to the store
   std::chrono::milliseconds timeout{30000};  // of each transfer

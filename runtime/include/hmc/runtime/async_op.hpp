@@ -4,6 +4,7 @@
 // through the handler's own executor after a post, never inside the code that found the result.
 #include <chrono>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "hmc/runtime/asio.hpp"
@@ -22,6 +23,29 @@ class LoopWakeup;
 // Taken before a post from outside the loop: null unless the loop has a wakeup fd.
 std::shared_ptr<LoopWakeup> wakeup_for_post(loop_executor loop);
 void signal(LoopWakeup& wakeup) noexcept;
+// Taken before a post from outside the loop: null unless the loop has a keeper (start_keeper()).
+std::shared_ptr<LoopWakeup> keeper_for_post(loop_executor loop);
+// The keeper drives at once (a thread waits for the work without driving the loop).
+void nudge(LoopWakeup& wakeup) noexcept;
+
+// A handler whose executor is the loop's own inside an any_io_executor (a coroutine on the loop)
+// is erased bound to the loop executor itself: finding its executor at completion then costs no
+// allocation (Asio wraps a nested any_io_executor in a shared, heap-allocated target) and the
+// completion can tell it may run inline.
+template <class Signature, class Handler>
+asio::any_completion_handler<Signature> erase_for_loop(loop_executor loop, Handler handler) {
+  if constexpr (std::is_same_v<asio::associated_executor_t<Handler, loop_executor>, asio::any_io_executor>) {
+    const asio::any_io_executor ex = asio::get_associated_executor(handler, loop);
+    if (const auto* e = ex.target<loop_executor>(); e != nullptr && *e == loop)
+      return asio::any_completion_handler<Signature>(asio::bind_executor(loop, std::move(handler)));
+  }
+  return asio::any_completion_handler<Signature>(std::move(handler));
+}
+
+template <class Token>
+inline constexpr bool is_use_future = false;
+template <class Allocator>
+inline constexpr bool is_use_future<asio::use_future_t<Allocator>> = true;
 }  // namespace detail
 
 // Posts f to the loop from any thread (a loop driven from an outside selector learns of it).
@@ -33,16 +57,20 @@ void post_to_loop(loop_executor loop, F&& f) {
 }
 
 // Runs init(any_completion_handler<Signature>) on the loop thread (inline when already there).
+// A std::future is waited for without driving the loop: with use_future, a keeper drives at once.
 template <class Signature, class Token, class Init>
 auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
   return asio::async_initiate<Token, Signature>(
       [loop](auto handler, auto start) mutable {
-        asio::any_completion_handler<Signature> erased(std::move(handler));
+        asio::any_completion_handler<Signature> erased = detail::erase_for_loop<Signature>(loop, std::move(handler));
         const auto wakeup = detail::wakeup_for_post(loop);
+        std::shared_ptr<detail::LoopWakeup> keeper;
+        if constexpr (detail::is_use_future<std::decay_t<Token>>) keeper = detail::keeper_for_post(loop);
         asio::dispatch(loop, [erased = std::move(erased), start = std::move(start)]() mutable {
           start(std::move(erased));
         });
         if (wakeup) detail::signal(*wakeup);
+        if (keeper) detail::nudge(*keeper);
       },
       token, std::forward<Init>(init));
 }
