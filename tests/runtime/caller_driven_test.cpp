@@ -70,9 +70,9 @@ TEST(CallerDriven, FourThreadsWaitingAtOnceHaveOneDriverAtATime) {
         loop.submit([&] {
           if (inside.fetch_add(1) != 0) ++overlaps;
           if (!loop.in_loop_thread()) ++off_driver;
-          mine = true;
           ++completed[static_cast<std::size_t>(t)];
           --inside;
+          mine = true;  // last: once it is set the waiting thread may end, and `t` lives in its closure
         });
         // Each wait is satisfied by a handler that any of the four threads may run.
         if (!loop.run_until([&] { return mine.load(); }, in(20s))) return;
