@@ -142,6 +142,11 @@ TEST(WorldMessage, RoundTripAndRejection) {
   EXPECT_FALSE(decode_world_message(bytes, why));
   EXPECT_FALSE(decode_world_message(std::vector<std::byte>(8), why));  // a plain tag
   EXPECT_NE(why.find("not a collective"), std::string::npos);
+  // An abort names a failure: success (0) and codes past the last status are no reason.
+  for (std::uint8_t reason : {0, 14, 255}) {
+    EXPECT_FALSE(decode_world_message(encode(WorldMessage{WorldKind::abort, reason, 0, 1, 0, 0, 0, 0}), why)) << +reason;
+  }
+  EXPECT_TRUE(decode_world_message(encode(WorldMessage{WorldKind::abort, 9, 0, 1, 0, 0, 0, 0}), why));
   // An inline piece: exactly the announced bytes, only on a notice flagged inline.
   const std::vector<std::byte> piece(5, std::byte{7});
   WorldMessage n{WorldKind::notice, kInline, 0, 1, 0, piece.size(), 5, 0};

@@ -140,7 +140,8 @@ asio::awaitable<void> WorldImpl::watch_aborts() {
     unsigned status = 0;
     unsigned long culprit = 0;
     char what[512] = {0};
-    if (std::sscanf(text.c_str(), "%u %lu %511[^\n]", &status, &culprit, what) < 2 ||
+    // Status 0 is success: no error to fail the world with (it used to become a null one).
+    if (std::sscanf(text.c_str(), "%u %lu %511[^\n]", &status, &culprit, what) < 2 || status == 0 ||
         status > static_cast<unsigned>(Status::AUTH_FAILED))
       co_return;
     aborted_ = Fault{static_cast<Status>(status), static_cast<std::uint32_t>(culprit),
@@ -197,7 +198,8 @@ asio::awaitable<void> WorldImpl::run_queue() {
 
 asio::awaitable<void> WorldImpl::poison(const Fault& f, const char* collective, std::uint64_t seq) {
   const std::string text = rank_name(rank) + ", " + collective + " (round " + std::to_string(seq) + "): " + f.what;
-  poisoned_ = make_error(make_error_code(f.status), text);
+  // Never null: a fault always fails the collective (a success status here would be our bug).
+  poisoned_ = make_error(make_error_code(f.status == Status::SUCCESS ? Status::ERROR : f.status), text);
   runtime::log().warn("world: {}", text);
   // Every peer this rank talks to learns it too, and passes it on: nobody waits for its timeout.
   // The error returns once the aborts are on their way (the caller may exit right after).
@@ -588,7 +590,8 @@ asio::awaitable<void> WorldImpl::gather(CollectiveCall& c, CollectiveResult& r, 
       co_await b->wait();
       if (j == 0) {
         if (release->c == 0 || release->c > kMaxContribution)
-          throw Fault{Status::PROTOCOL_ERROR, c.root, "the root announced " + std::to_string(release->c) + " rounds"};
+          throw Fault{Status::PROTOCOL_ERROR, c.root,
+                      "the root, " + rank_name(c.root) + ", announced " + std::to_string(release->c) + " rounds"};
         rounds = static_cast<std::size_t>(release->c);
       }
       continue;
@@ -678,12 +681,15 @@ asio::awaitable<void> WorldImpl::root_piece(std::uint32_t root, RootRound at, st
     const std::size_t least = rounds_for(total, at.piece);
     const bool consistent = at.exact_rounds ? got->d == least : got->d >= least && got->d <= kMaxContribution;
     if (total > kMaxContribution || got->d == 0 || !consistent)
-      throw Fault{Status::PROTOCOL_ERROR, root, "the root announced inconsistent sizes"};
+      throw Fault{Status::PROTOCOL_ERROR, root,
+                  "the root, " + rank_name(root) + ", announced inconsistent sizes (" + std::to_string(total) + " bytes in " +
+                      std::to_string(got->d) + " rounds)"};
     rounds = static_cast<std::size_t>(got->d);
     out.resize(total);
   }
   const auto [off, len] = slice(total, at.j, at.piece);
-  if (got->b != len) throw Fault{Status::PROTOCOL_ERROR, root, "the root announced a piece of the wrong size"};
+  if (got->b != len)
+    throw Fault{Status::PROTOCOL_ERROR, root, "the root, " + rank_name(root) + ", announced a piece of the wrong size"};
   auto g = batch();
   get(g, root, at.base, got->a, len);
   co_await g->wait();

@@ -43,7 +43,8 @@ std::optional<WorldMessage> decode_world_message(std::span<const std::byte> byte
   }
   m.kind = static_cast<WorldKind>(kind);
   m.reason = std::to_integer<std::uint8_t>(bytes[5]);
-  if (m.kind == WorldKind::abort && m.reason > static_cast<std::uint8_t>(Status::AUTH_FAILED)) {
+  // An abort names a failure: 0 (success) is no reason either.
+  if (m.kind == WorldKind::abort && (m.reason == 0 || m.reason > static_cast<std::uint8_t>(Status::AUTH_FAILED))) {
     why = "abort with unknown reason " + std::to_string(m.reason);
     return std::nullopt;
   }
