@@ -685,7 +685,7 @@ asio::awaitable<void> WorldImpl::root_piece(std::uint32_t root, RootRound at, st
                   "the root, " + rank_name(root) + ", announced inconsistent sizes (" + std::to_string(total) + " bytes in " +
                       std::to_string(got->d) + " rounds)"};
     rounds = static_cast<std::size_t>(got->d);
-    out.resize(total);
+    out.clear();
   }
   const auto [off, len] = slice(total, at.j, at.piece);
   if (got->b != len)
@@ -693,6 +693,9 @@ asio::awaitable<void> WorldImpl::root_piece(std::uint32_t root, RootRound at, st
   auto g = batch();
   get(g, root, at.base, got->a, len);
   co_await g->wait();
+  // Grown by what arrived, not by the announced total: a root that claims 20 GiB and sends
+  // nothing costs nothing.
+  out.resize(off + len);
   if (len != 0) session.buffer().read_to_cpu(out.data() + off, len, at.base);
 }
 
