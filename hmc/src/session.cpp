@@ -256,13 +256,13 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   // The one peer named (ip, port), or why not: NotConnectedError when none is, InvalidArgumentError
   // naming every match when several are.
   std::exception_ptr resolve(const std::string& ip, std::optional<std::uint16_t> port, std::uint32_t& rank) const {
-    const std::string name = port ? ip + ":" + std::to_string(*port) : ip;
     const std::vector<std::uint32_t> ranks = ranks_named(ip, port);
-    if (ranks.empty()) return std::make_exception_ptr(NotConnectedError("no connected peer at " + name));
-    if (ranks.size() == 1) {
+    if (ranks.size() == 1) {  // Python's put_remote(ip, ...) resolves per call: no name built for it
       rank = ranks.front();
       return nullptr;
     }
+    const std::string name = port ? ip + ":" + std::to_string(*port) : ip;
+    if (ranks.empty()) return std::make_exception_ptr(NotConnectedError("no connected peer at " + name));
     std::string list;
     for (std::uint32_t r : ranks) {
       const PeerRecord* p = transport->peer(r);

@@ -110,6 +110,7 @@ void PollerDriver::cycle() {
     activity_.submission(now);
   }
   for (int burst = 0; poller_.progress(); ++burst) {
+    if (stopped_) return;  // progress() ran callbacks that detached the poller: do not touch it again
     activity_.arrival(now, idle_);
     idle_ = false;
     idle_busy_arms_ = 0;
@@ -118,6 +119,7 @@ void PollerDriver::cycle() {
       return;
     }
   }
+  if (stopped_) return;
   idle_ = true;
   if (mode_ == ProgressMode::poll) {
     again();

@@ -221,5 +221,37 @@ TEST(Poller, DetachReleasesTheFdAndStopsProgress) {
   EXPECT_EQ(p.progress_calls.load(), calls);
 }
 
+
+// A completion callback run by progress() may detach its own poller (a transport removed by the
+// peer it reports lost): the cycle must not call into that poller again.
+TEST(Poller, ProgressThatDetachesItsPollerEndsTheCycle) {
+  struct Detaching final : Poller {
+    bool progress() override {
+      ++calls;
+      if (detached) ++calls_after;
+      handle.detach();
+      detached = true;
+      return true;  // it did work: an unchecked cycle would progress again at once
+    }
+    ArmResult try_arm() override {
+      if (detached) ++calls_after;
+      return ArmResult::armed;
+    }
+    int fd() const override { return efd.fd(); }
+    bool has_pending() const override { return false; }
+    test::EventfdPoller efd;
+    PollerHandle handle;
+    int calls = 0, calls_after = 0;
+    bool detached = false;
+  };
+  EventLoop loop(with_mode(ProgressMode::event));
+  Detaching p;
+  loop.call([&] { p.handle = loop.attach(p); });
+  loop.run_until([&] { return p.detached; }, std::chrono::steady_clock::now() + 5s);
+  loop.poll();
+  EXPECT_EQ(p.calls, 1);
+  EXPECT_EQ(p.calls_after, 0) << "called into a poller after it was detached";
+}
+
 }  // namespace
 }  // namespace hmc::runtime
