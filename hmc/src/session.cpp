@@ -530,18 +530,6 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
 
 namespace {
 
-// True when this thread runs the loop and `target` is the loop's executor (itself: a callback; or
-// inside an any_io_executor: a coroutine's, wrapped as its base type), i.e. when dispatching to it
-// would run inline.
-bool runs_here(const runtime::asio::any_completion_executor& target, runtime::loop_executor ex) {
-  if (!ex.running_in_this_thread()) return false;
-  if (const auto* e = target.target<runtime::loop_executor>()) return *e == ex;
-  if (const auto* any = target.target<runtime::asio::any_io_executor::base_type>()) {
-    if (const auto* e = any->target<runtime::loop_executor>()) return *e == ex;
-  }
-  return false;
-}
-
 // A transport completion for the caller: the typed exception (its text built only on failure, so
 // nothing is allocated on the hot path), then the handler run on its own executor. Transports run
 // completions from a post of their own (never inside the code that found the result), so on the
@@ -553,7 +541,7 @@ detail::Transport::Completion to_caller(runtime::loop_executor ex, Session::hand
     std::exception_ptr e;
     if (ec) e = make_error(ec, context());
     const auto target = runtime::asio::get_associated_executor(h, ex);  // before h is moved from
-    if (runs_here(target, ex)) return std::move(h)(e);
+    if (ex.running_in_this_thread() && runtime::is_loop_executor(target, ex)) return std::move(h)(e);
     runtime::asio::dispatch(target, runtime::asio::append(std::move(h), e));
   };
 }

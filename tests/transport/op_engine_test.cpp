@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <new>
 #include <optional>
 
@@ -335,6 +336,35 @@ TEST_F(OpEngineTest, SteadyStatePutsAllocateNothingAndReuseTheirRecords) {
     EXPECT_EQ(engine->records(), records) << "the record pool grew";
     EXPECT_EQ(g_allocations.load(), 0u) << "allocations for " << kOps << " puts";
   }
+}
+
+// Issue 11.2: puts that completions submit (coroutines at depth D resuming one after another) share
+// one flush after those completions ran, not one flush each, and none completes before it.
+TEST_F(OpEngineTest, PutsSubmittedByCompletionsShareOneFlushAfterThem) {
+  make();
+  poster.flush_inline = true;  // shared memory: each lone put would be flushed at once
+  constexpr int kLanes = 8, kRounds = 4;
+  OpRequest r;
+  r.rank = 1;
+  const Segment seg{0, 0, 8};
+  r.segments = {&seg, 1};
+  int completed = 0;
+  std::size_t first_round_flushes = 0;
+  std::function<void(int)> lane = [&](int round) {
+    engine->submit(r, [&, round](error_code ec) {
+      EXPECT_FALSE(ec);
+      ++completed;
+      if (round == 0 && first_round_flushes == 0) first_round_flushes = poster.count(Post::flush);
+      if (round + 1 < kRounds) lane(round + 1);
+    });
+  };
+  for (int i = 0; i < kLanes; ++i) lane(0);
+  settle();
+  EXPECT_EQ(completed, kLanes * kRounds);
+  EXPECT_EQ(poster.count(Post::rma), static_cast<std::size_t>(kLanes * kRounds));
+  EXPECT_EQ(poster.count(Post::flush) - first_round_flushes, static_cast<std::size_t>(kRounds - 1))
+      << "one flush per round of completions";
+  EXPECT_EQ(engine->live_operations(), 0u);
 }
 
 // Issue 11.2: completions found in one loop turn run from one post, in the order their operations

@@ -136,6 +136,7 @@ class OpEngine {
   void start_waiting_ops();
   void request_flush(Op* op);
   void flush_now(std::uint32_t rank, Op* current);
+  void flush_deferred();
   void flush_done(FlushBatch* batch, error_code ec, Op* current);
   void arm_deadline_timer();
   void expire_deadlines();
@@ -169,6 +170,8 @@ class OpEngine {
   std::vector<Ready> running_;
   std::size_t running_next_ = 0;  // running_[running_next_..] have not run yet
   bool completions_posted_ = false;
+  bool completing_ = false;                    // run_completions is running completions
+  std::vector<std::uint32_t> deferred_flushes_;  // peers whose flush waits for the batch's end
   std::size_t live_ops_ = 0;
   std::size_t started_ops_ = 0;      // operations holding a max_inflight slot
   std::size_t waiting_callers_ = 0;  // operations not yet terminal

@@ -544,9 +544,9 @@ void UcxTransport::process_completions() {
     received_messages_.clear();
     for (auto& [rank, bytes] : messages)
       if (on_message && fast_token_of_.count(rank) != 0) on_message(rank, bytes);  // not dropped meanwhile
-    auto posts = std::move(done_posts_);
-    done_posts_.clear();
-    for (auto [token, status] : posts) engine_.completed(token, from_ucs(status));
+    reported_posts_.swap(done_posts_);  // both keep their capacity: no allocation per completion
+    for (auto [token, status] : reported_posts_) engine_.completed(token, from_ucs(status));
+    reported_posts_.clear();
     auto flushed = std::move(notify_flushed_);
     notify_flushed_.clear();
     for (const NotifyFlushed& f : flushed) {

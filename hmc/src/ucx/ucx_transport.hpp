@@ -139,6 +139,7 @@ class UcxTransport final : public Transport, private OpPoster {
   std::map<std::uint32_t, std::uint64_t> fast_token_of_;            // rank -> the secret we gave it
   std::unordered_map<std::uint64_t, std::uint32_t> rank_of_token_;  // and back
   std::vector<std::pair<Token, ucs_status_t>> done_posts_;  // filled by UCX callbacks, drained after progress
+  std::vector<std::pair<Token, ucs_status_t>> reported_posts_;  // the batch being handed to the engine
   struct NotifyFlushed {
     Peer* peer;
     std::uint64_t seq;

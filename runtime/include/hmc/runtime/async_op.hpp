@@ -16,6 +16,19 @@ using loop_executor = asio::io_context::executor_type;
 // No deadline: for waits whose caller handles time itself.
 inline constexpr std::chrono::nanoseconds kNoTimeout = std::chrono::nanoseconds::max();
 
+// True when `target` is the loop's own executor: itself (a handler bound to it), or inside an
+// any_io_executor (a coroutine's on the loop), also when that is erased once more (a handler's
+// any_completion_executor keeps it as its base type).
+template <class Executor>
+bool is_loop_executor(const Executor& target, loop_executor loop) {
+  if (const auto* e = target.template target<loop_executor>()) return *e == loop;
+  if constexpr (!std::is_same_v<Executor, asio::any_io_executor>) {
+    if (const auto* any = target.template target<asio::any_io_executor::base_type>())
+      if (const auto* e = any->template target<loop_executor>()) return *e == loop;
+  }
+  return false;
+}
+
 namespace detail {
 // The eventfd behind a caller-driven loop's wakeup fd; shared, so that a poster can still signal
 // it after its post, when a handler may already have destroyed the loop.
@@ -35,8 +48,7 @@ void nudge(LoopWakeup& wakeup) noexcept;
 template <class Signature, class Handler>
 asio::any_completion_handler<Signature> erase_for_loop(loop_executor loop, Handler handler) {
   if constexpr (std::is_same_v<asio::associated_executor_t<Handler, loop_executor>, asio::any_io_executor>) {
-    const asio::any_io_executor ex = asio::get_associated_executor(handler, loop);
-    if (const auto* e = ex.target<loop_executor>(); e != nullptr && *e == loop)
+    if (is_loop_executor(asio::get_associated_executor(handler, loop), loop))
       return asio::any_completion_handler<Signature>(asio::bind_executor(loop, std::move(handler)));
   }
   return asio::any_completion_handler<Signature>(std::move(handler));
@@ -63,6 +75,7 @@ auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
   return asio::async_initiate<Token, Signature>(
       [loop](auto handler, auto start) mutable {
         asio::any_completion_handler<Signature> erased = detail::erase_for_loop<Signature>(loop, std::move(handler));
+        if (loop.running_in_this_thread()) return start(std::move(erased));  // what dispatch does, unwrapped
         const auto wakeup = detail::wakeup_for_post(loop);
         std::shared_ptr<detail::LoopWakeup> keeper;
         if constexpr (detail::is_use_future<std::decay_t<Token>>) keeper = detail::keeper_for_post(loop);
