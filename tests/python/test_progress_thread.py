@@ -232,7 +232,7 @@ def test_idle_caller_session_stops_asking_for_progress(tmp_path):
                 await asyncio.wait_for(c.connect("127.0.0.1", server.ctrl_port), BOUND)
                 for _ in range(200):
                     await c.put_remote(0, None, 0, 0, 8)
-                await asyncio.sleep(0.2)  # the spin after the last activity ends (at most 100 us of it)
+                await asyncio.sleep(0.1)  # the spin after the last activity ends (at most 100 us of it)
                 passes = 0
                 progress = c._progress
 
@@ -242,7 +242,7 @@ def test_idle_caller_session_stops_asking_for_progress(tmp_path):
                     progress()
 
                 c._progress = counted
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.3)
                 assert passes < 1000, f"{passes} progress passes while idle"
 
     asyncio.run(main())
