@@ -129,9 +129,11 @@ class AsyncSession(Session):
     def _track(self, op):
         fut = self._attach().create_future()
         self._pending[op.id] = (fut, op)
-        # A submission on this thread already ran a progress pass (Core.set_soon); one that completed
-        # before we registered it (another thread drove, or its id was drained) is settled now.
-        if op.done():
+        if self._wakeup is not None:
+            # One more pass (its submission ran one already): it settles what other operations
+            # completed meanwhile and finds this one's progress sooner (1 MiB at depth 16: +20%).
+            self._progress()
+        if op.done():  # completed before we registered it (another thread drove): settle now
             self._settle_early(op.id)
         return fut
 

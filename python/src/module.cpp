@@ -396,7 +396,15 @@ class Core {
         st->complete(std::current_exception());
       }
     });
+    // Other operations completed in this pass are collected as in progress(), without the
+    // completion fd: the next progress() (asked of soon()) returns their ids.
+    queue_->collect_here();
+    struct Stop {
+      CompletionQueue& q;
+      ~Stop() { q.stop_collecting(); }
+    } stop{*queue_};
     poll_here(s, [st = st.get()] { return st->done(); });
+    soon_wanted_ = soon_wanted_ || queue_->has_ids();
   }
 
   // Ids of notify=True operations completed since the last drain; also frees finished keep-alives.
