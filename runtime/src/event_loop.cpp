@@ -110,6 +110,8 @@ constexpr unsigned kClockEvery = 32;
 // Waiter spins (dedicated loops): after this many misses in a row a waiter sleeps at once, and
 // every kWaiterProbe-th wait spins again to find out whether completions got faster.
 constexpr int kWaiterMisses = 8, kWaiterProbe = 16;
+// The keeper's nap while a caller is between registering as a waiter and leading or leaving.
+constexpr std::chrono::microseconds kWaiterSettle{100};
 // How long destruction lets cancelled operations complete before the context dies.
 // The drain runs in slices: another one as long as the last ran a handler, at most kDrainLimit.
 constexpr std::chrono::milliseconds kDrainSlice{200};
@@ -361,7 +363,11 @@ struct EventLoop::State {
         keeper_awaits_leave = leading;
         if (leading) {
           nap = 10 * yield;
-        } else if (waiter_count.load() != 0 || (leaves != seen_leaves && !wakeup->nudged.load())) {
+        } else if (waiter_count.load() != 0) {
+          // A caller is taking the seat or just left it; nobody rings for that, so look again soon.
+          // (A keeper_yield nap here could swallow a nudge's ring: work a future waits for sat it out.)
+          nap = std::min<clock::duration>(yield, kWaiterSettle);
+        } else if (leaves != seen_leaves && !wakeup->nudged.load()) {
           // Someone drove since the last look: a whole keeper_yield without a leave before driving.
           seen_leaves = leaves;
           nap = yield;
