@@ -45,6 +45,11 @@ std::size_t rounds_for(std::uint64_t largest, std::size_t piece) {
 
 std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
 
+// A protocol fault naming the root as its culprit; `what` is what it announced.
+Fault root_announced(std::uint32_t root, const std::string& what) {
+  return Fault{Status::PROTOCOL_ERROR, root, "the root, " + rank_name(root) + ", announced " + what};
+}
+
 // An error from the Session about talking to `peer`, as a fault pointing at it.
 Fault fault_of(std::exception_ptr e, std::uint32_t peer, std::uint32_t self, const std::string& context) {
   try {
@@ -590,8 +595,7 @@ asio::awaitable<void> WorldImpl::gather(CollectiveCall& c, CollectiveResult& r, 
       co_await b->wait();
       if (j == 0) {
         if (release->c == 0 || release->c > kMaxContribution)
-          throw Fault{Status::PROTOCOL_ERROR, c.root,
-                      "the root, " + rank_name(c.root) + ", announced " + std::to_string(release->c) + " rounds"};
+          throw root_announced(c.root, std::to_string(release->c) + " rounds");
         rounds = static_cast<std::size_t>(release->c);
       }
       continue;
@@ -681,15 +685,13 @@ asio::awaitable<void> WorldImpl::root_piece(std::uint32_t root, RootRound at, st
     const std::size_t least = rounds_for(total, at.piece);
     const bool consistent = at.exact_rounds ? got->d == least : got->d >= least && got->d <= kMaxContribution;
     if (total > kMaxContribution || got->d == 0 || !consistent)
-      throw Fault{Status::PROTOCOL_ERROR, root,
-                  "the root, " + rank_name(root) + ", announced inconsistent sizes (" + std::to_string(total) + " bytes in " +
-                      std::to_string(got->d) + " rounds)"};
+      throw root_announced(root, "inconsistent sizes (" + std::to_string(total) + " bytes in " + std::to_string(got->d) + " rounds)");
     rounds = static_cast<std::size_t>(got->d);
     out.clear();
   }
   const auto [off, len] = slice(total, at.j, at.piece);
   if (got->b != len)
-    throw Fault{Status::PROTOCOL_ERROR, root, "the root, " + rank_name(root) + ", announced a piece of the wrong size"};
+    throw root_announced(root, "a piece of the wrong size");
   auto g = batch();
   get(g, root, at.base, got->a, len);
   co_await g->wait();
