@@ -38,22 +38,24 @@ TIMEOUT_S = 180
 
 class Case:
     """One program that repeats one operation: how to run it for n operations, and how many operations
-    (warm-up included) that run really makes, so the difference of two runs counts exactly."""
+    (warm-up included) that run really makes, so the difference of two runs counts exactly. spins: both
+    processes busy-poll (the raw UCX programs), so their CPU per op is two cores times the wall time per
+    op, which machine load stretches: read their system calls and symbol shares, not their CPU."""
 
-    def __init__(self, label, argv, n, env=None, ops=None, shell=False):
-        self.label, self.argv, self.n, self.env, self.shell = label, argv, n, env or {}, shell
+    def __init__(self, label, argv, n, env=None, ops=None, spins=False):
+        self.label, self.argv, self.n, self.env, self.spins = label, argv, n, env or {}, spins
         self.ops = ops or (lambda k: k)
 
 
 def hmc_cpp(o, tls, flags):
     bench = [str(o.hmc_bench), "--tls", tls, "--net-devices", "lo", "--quiet", "--warmup", "50"]
-    mode = [] if "--mode" in flags else ["--mode", "adaptive"]
+    mode = [] if "--mode" in flags else ["--mode", o.mode]
     return lambda k: bench + mode + flags + ["--iters", str(k)]
 
 
 def hmc_py(o, tls, flags):
     py = [PY, str(ROOT / "benchmarks/python/hmc_bench.py"), "--tls", tls, "--quiet", "--warmup", "50"]
-    mode = [] if "--mode" in flags else ["--mode", "adaptive"]
+    mode = [] if "--mode" in flags else ["--mode", o.mode]
     return lambda k: py + mode + flags + ["--iters", str(k)]
 
 
@@ -81,50 +83,53 @@ def cases(o, tls):
     lat = (2000, 10000) if tls == "shm" else (400, 2000)
     rtt = (1000, 5000) if tls == "shm" else (300, 1500)
     env = {"UCX_NET_DEVICES": "lo"}
+    fast = (50_000, 250_000) if tls == "shm" else lat  # ~1 us per op on shm: more ops to rise above set-up noise
+    mid = (20_000, 100_000) if tls == "shm" else lat
     c = {
-        "cpp-coro8": Case("C++ coroutine put 8 B, 1 in flight", hmc_cpp(o, tls, ["--test", "put_bw", "--depth", "1",
-                                                                                  "--sizes", "8"]), lat),
-        "cpp-block8": Case("C++ blocking put 8 B (own thread, default)", hmc_cpp(o, tls, ["--test", "put_sync",
-                                                                                         "--sizes", "8"]), lat),
-        "cpp-block8-shared": Case("C++ blocking put 8 B, progress shared", hmc_cpp(
-            o, tls, ["--test", "put_sync", "--sizes", "8", "--progress-thread", "shared"]), lat),
-        "cpp-block64": Case("C++ blocking put 64 B (own thread, default)", hmc_cpp(o, tls, ["--test", "put_sync",
-                                                                                           "--sizes", "64"]), lat),
-        "cpp-notify8": Case("C++ put + notify round trip 8 B", hmc_cpp(o, tls, ["--test", "notify_lat", "--sizes",
-                                                                               "8"]), rtt),
-        "py-block64": Case("Python blocking put_remote 64 B (default)", hmc_py(o, tls, ["--api", "blocking", "--test",
-                                                                                        "put_bw", "--sizes", "64"]),
-                           lat),
-        "py-aio8": Case("Python asyncio await put 8 B", hmc_py(o, tls, ["--test", "put_bw", "--depth", "1",
-                                                                       "--sizes", "8"]), lat),
-        "py-aio-notify8": Case("Python asyncio put + notify RT 8 B", hmc_py(o, tls, ["--test", "notify_lat",
-                                                                                    "--sizes", "8"]), rtt),
+        "cpp-coro8": Case("C++ coroutine put 8 B, 1 in flight",
+                          hmc_cpp(o, tls, ["--test", "put_bw", "--depth", "1", "--sizes", "8"]), fast),
+        "cpp-block8": Case("C++ blocking put 8 B (own thread, default)",
+                           hmc_cpp(o, tls, ["--test", "put_sync", "--sizes", "8"]), mid),
+        "cpp-block8-shared": Case("C++ blocking put 8 B, progress shared",
+                                  hmc_cpp(o, tls, ["--test", "put_sync", "--sizes", "8", "--progress-thread",
+                                                   "shared"]), fast),
+        "cpp-block64": Case("C++ blocking put 64 B (own thread, default)",
+                            hmc_cpp(o, tls, ["--test", "put_sync", "--sizes", "64"]), mid),
+        "cpp-notify8": Case("C++ put + notify round trip 8 B",
+                            hmc_cpp(o, tls, ["--test", "notify_lat", "--sizes", "8"]), rtt),
+        "py-block64": Case("Python blocking put_remote 64 B (default)",
+                           hmc_py(o, tls, ["--api", "blocking", "--test", "put_bw", "--sizes", "64"]), mid),
+        "py-aio8": Case("Python asyncio await put 8 B",
+                        hmc_py(o, tls, ["--test", "put_bw", "--depth", "1", "--sizes", "8"]), mid),
+        "py-aio-notify8": Case("Python asyncio put + notify RT 8 B",
+                               hmc_py(o, tls, ["--test", "notify_lat", "--sizes", "8"]), rtt),
     }
     argv, ops = raw(o, tls, "put", 64, 1)
-    c["raw-put64"] = Case("raw UCX put + ep flush 64 B", argv, lat, env, ops)
+    c["raw-put64"] = Case("raw UCX put + ep flush 64 B", argv, lat, env, ops, True)
     argv, ops = raw(o, tls, "notify", 8, 1)
     c["raw-notify8"] = Case("raw UCX put + flush + AM ping-pong 8 B", argv,
-                            (20000, 100000) if tls == "shm" else rtt, env, ops)
+                            (20000, 100000) if tls == "shm" else rtt, env, ops, True)
     if tls == "shm":
         rate, anchor_rate = (100_000, 500_000), (1_000_000, 5_000_000)
         c["cpp-rate8"] = Case("C++ put 8 B, depth 64", hmc_cpp(o, tls, ["--test", "put_bw", "--depth", "64", "--sizes",
                                                                          "8"]), rate)
         c["perftest-rate8"] = Case("ucp_put_bw 8 B -O 64", perftest(o, tls, "ucp_put_bw", 8, 64), anchor_rate,
-                                   {"UCX_TLS": tls, "UCX_NET_DEVICES": "lo"})
+                                   {"UCX_TLS": tls, "UCX_NET_DEVICES": "lo"}, spins=True)
         argv, ops = raw(o, tls, "putbw", 8, 64)
-        c["raw-rate8"] = Case("raw UCX putbw 8 B, windows of 64 + flush", argv, anchor_rate, env, ops)
+        c["raw-rate8"] = Case("raw UCX putbw 8 B, windows of 64 + flush", argv, anchor_rate, env, ops, True)
         c["py-aio1M"] = Case("Python asyncio put 1 MiB, depth 16", hmc_py(o, tls, ["--test", "put_bw", "--depth", "16",
-                                                                                  "--sizes", "1048576"]), (200, 1000))
+                                                                                  "--sizes", "1048576"]), (1000, 5000))
         c["cpp-1M"] = Case("C++ coroutine put 1 MiB, depth 16", hmc_cpp(o, tls, ["--test", "put_bw", "--depth", "16",
                                                                                  "--sizes", "1048576"]),
-                           (200, 1000))
+                           (1000, 5000))
     bw = (5000, 25000) if tls == "shm" else (500, 2500)
     c["cpp-bw64K"] = Case("C++ put 64 KiB, depth 16", hmc_cpp(o, tls, ["--test", "put_bw", "--depth", "16", "--sizes",
                                                                         "65536"]), bw)
     argv, ops = raw(o, tls, "putbw", 65536, 16)
-    c["raw-bw64K"] = Case("raw UCX putbw 64 KiB, windows of 16 + flush", argv, bw, env, ops)
-    c["perftest-bw64K"] = Case("ucp_put_bw 64 KiB -O 16", perftest(o, tls, "ucp_put_bw", 65536, 16), bw,
-                               {"UCX_TLS": tls, "UCX_NET_DEVICES": "lo"})
+    bw_anchor = (20000, 100000) if tls == "shm" else bw
+    c["raw-bw64K"] = Case("raw UCX putbw 64 KiB, windows of 16 + flush", argv, bw_anchor, env, ops, True)
+    c["perftest-bw64K"] = Case("ucp_put_bw 64 KiB -O 16", perftest(o, tls, "ucp_put_bw", 65536, 16), bw_anchor,
+                               {"UCX_TLS": tls, "UCX_NET_DEVICES": "lo"}, spins=True)
     return c
 
 
@@ -188,6 +193,17 @@ def perf_stat(cmd, env, tmp):
     return vals, None
 
 
+def least_stat(cmd, env, tmp, repeat):
+    """perf stat `repeat` times; per counter the least (what other load added least to)."""
+    best = None
+    for _ in range(repeat):
+        vals, err = perf_stat(cmd, env, tmp)
+        if err:
+            return None, err
+        best = vals if best is None else {k: min(v, vals.get(k, v)) for k, v in best.items()}
+    return best, None
+
+
 def perf_symbols(cmd, env, tmp):
     """Samples per (dso, symbol), one per PERIOD_NS of CPU time, self time only. Only their shares are used:
     sampling costs CPU itself (a VM exit per sample), so perf stat's task-clock gives the total."""
@@ -208,15 +224,29 @@ def perf_symbols(cmd, env, tmp):
     return samples, None
 
 
+def component(dso):
+    """Who a shared object belongs to, for the CPU split."""
+    if dso.startswith("[kernel") or dso == "[vdso]":
+        return "kernel"
+    for prefix, name in (("libucp", "ucx"), ("libuct", "ucx"), ("libucs", "ucx"), ("libuc", "ucx"),
+                         ("ucx_perftest", "anchor program"), ("ucx_raw_bench", "anchor program"),
+                         ("hmc_bench", "hmc (C++, static in hmc_bench)"), ("_hmc", "hmc (C++, Python module)"),
+                         ("libhmc", "hmc (C++)"), ("python", "Python"), ("libpython", "Python"), ("libc.so", "libc"),
+                         ("libstdc++", "libstdc++"), ("ld-linux", "dynamic loader")):
+        if dso.startswith(prefix):
+            return name
+    return "other"
+
+
 def profile_case(case, o, tmp):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "build/python"), **case.env)
     n1, n2 = (max(int(x * o.scale), 10) for x in case.n)
     extra = case.ops(n2) - case.ops(n1)
-    r = {"label": case.label, "n": [n1, n2], "extra_ops": extra}
+    r = {"label": case.label, "n": [n1, n2], "extra_ops": extra, "spins": case.spins}
     s1, e = strace_counts(case.argv(n1), env, tmp)
     s2, e = (s1, e) if e else strace_counts(case.argv(n2), env, tmp)
-    p1, f = perf_stat(case.argv(n1), env, tmp)
-    p2, f = (p1, f) if f else perf_stat(case.argv(n2), env, tmp)
+    p1, f = least_stat(case.argv(n1), env, tmp, o.repeat)
+    p2, f = (p1, f) if f else least_stat(case.argv(n2), env, tmp, o.repeat)
     if e or f:
         return {"label": case.label, "error": e or f}
     per = {k: (s2[k] - s1[k]) / extra for k in set(s1) | set(s2)}
@@ -234,6 +264,12 @@ def profile_case(case, o, tmp):
             diff = {k: y2[k] - y1[k] for k in set(y1) | set(y2)}
             total = sum(diff.values())
             r["sampled_extra"] = total
+            if total > 0:
+                groups = collections.Counter()
+                for (dso, _), v in diff.items():
+                    groups[component(dso)] += v
+                r["cpu_by_component"] = {k: round(v / total * r["cpu_us_per_op"], 4)
+                                         for k, v in groups.most_common() if v > 0}
             if total > 0:  # each symbol's share of the extra samples, times the CPU per op perf stat counted
                 r["top_symbols"] = [[dso, sym, round(v / total * r["cpu_us_per_op"], 4)] for (dso, sym), v in
                                     sorted(diff.items(), key=lambda kv: -kv[1])[:o.symbols]]
@@ -245,10 +281,11 @@ def fmt(v):
     return f"{v:.3f}" if abs(v) < 1 else f"{v:.2f}" if abs(v) < 100 else f"{v:.0f}"
 
 
-def render(rows, results):
-    lines = ["Per operation, both processes, difference of two run lengths (nice -n -10; adaptive mode for HMC).",
+def render(rows, results, mode):
+    lines = [f"Per operation, both processes, difference of two run lengths (nice -n -10; HMC in {mode} mode).",
              "sys/op: strace -f -c; cs/op, CPU us/op: perf stat (task-clock, context-switches); "
-             "symbols: perf record cpu-clock, self time in us per op.", ""]
+             "symbols: perf record cpu-clock, each symbol's share of the extra samples x CPU us/op.",
+             "* both processes busy-poll: CPU per op = 2 cores x wall time per op, which load stretches.", ""]
     for key, tls, target, ours, anchors, owner in rows:
         lines.append(f"== {key} [{tls}] {target}" + (f"  (path being reworked by {owner}: profiled on main)"
                                                       if owner else ""))
@@ -260,8 +297,12 @@ def render(rows, results):
                 lines.append(f"   {name:<48} {r.get('unavailable') or r.get('error', '?')}")
                 continue
             top = ", ".join(f"{k} {fmt(v)}" for k, v in r["top_syscalls"].items())
+            cpu = fmt(r["cpu_us_per_op"]) + ("*" if r["spins"] else " ")
             lines.append(f"   {name:<48} {fmt(r['syscalls_per_op']):>7} {fmt(r['context_switches_per_op']):>7} "
-                         f"{fmt(r['cpu_us_per_op']):>9}  {top}")
+                         f"{cpu:>10} {top}")
+            if r.get("cpu_by_component"):
+                split = ", ".join(f"{k} {fmt(v)}" for k, v in r["cpu_by_component"].items())
+                lines.append(f"      CPU by component, us/op: {split}")
             if r.get("top_symbols"):
                 syms = "; ".join(f"{sym[:38]} ({dso[:18]}) {fmt(v)}" for dso, sym, v in r["top_symbols"])
                 lines.append(f"      CPU by symbol, us/op ({r['sampled_extra']} samples): {syms}")
@@ -295,6 +336,10 @@ def main(argv=None):
     p.add_argument("--rows", default="all", help="comma-separated row keys or transports (shm, tcp); --list")
     p.add_argument("--list", action="store_true", help="print the rows and exit")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run length")
+    p.add_argument("--mode", default="adaptive", choices=("adaptive", "event", "poll", "hybrid"),
+                   help="HMC's progress mode (adaptive: the default the targets use; event: counts that load "
+                   "does not change, adaptive stops spinning on a loaded machine)")
+    p.add_argument("--repeat", type=int, default=1, help="perf stat runs per length; the least counts are kept")
     p.add_argument("--symbols", type=int, default=5, help="top symbols per side (0: no perf record)")
     p.add_argument("--no-symbols", dest="symbols", action="store_const", const=0)
     p.add_argument("--hmc-bench", default=str(ROOT / "build/benchmarks/hmc_bench"))
@@ -335,11 +380,11 @@ def main(argv=None):
                     results[(tls, ck)] = profile_case(all_cases[ck], o, tmp)
                 except subprocess.TimeoutExpired as e:
                     results[(tls, ck)] = {"label": all_cases[ck].label, "error": f"timed out: {e.cmd[:6]}"}
-    print(render(rows, results))
+    print(render(rows, results, o.mode))
     if o.json:
         Path(o.json).parent.mkdir(parents=True, exist_ok=True)
         with open(o.json, "w") as f:
-            json.dump({"rows": [dict(zip(("key", "tls", "target", "ours", "anchors", "owner"), r)) for r in rows],
+            json.dump({"mode": o.mode, "rows": [dict(zip(("key", "tls", "target", "ours", "anchors", "owner"), r)) for r in rows],
                        "cases": {f"{t}/{k}": v for (t, k), v in results.items()}}, f, indent=1)
             f.write("\n")
     return 0
