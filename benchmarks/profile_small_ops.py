@@ -300,6 +300,11 @@ def render(rows, results, mode):
             cpu = fmt(r["cpu_us_per_op"]) + ("*" if r["spins"] else " ")
             lines.append(f"   {name:<48} {fmt(r['syscalls_per_op']):>7} {fmt(r['context_switches_per_op']):>7} "
                          f"{cpu:>10} {top}")
+            mine = results[(tls, ours)]
+            if role == "anchor" and "cpu_us_per_op" in mine:
+                gap = [mine[k] - r[k] for k in ("syscalls_per_op", "context_switches_per_op", "cpu_us_per_op")]
+                lines.append(f"   {'  gap, ours - this anchor':<48} {fmt(gap[0]):>7} {fmt(gap[1]):>7} "
+                             f"{fmt(gap[2]) + ('*' if r['spins'] else ' '):>10}")
             if r.get("cpu_by_component"):
                 split = ", ".join(f"{k} {fmt(v)}" for k, v in r["cpu_by_component"].items())
                 lines.append(f"      CPU by component, us/op: {split}")
@@ -384,7 +389,8 @@ def main(argv=None):
     if o.json:
         Path(o.json).parent.mkdir(parents=True, exist_ok=True)
         with open(o.json, "w") as f:
-            json.dump({"mode": o.mode, "rows": [dict(zip(("key", "tls", "target", "ours", "anchors", "owner"), r)) for r in rows],
+            fields = ("key", "tls", "target", "ours", "anchors", "owner")
+            json.dump({"mode": o.mode, "rows": [dict(zip(fields, r)) for r in rows],
                        "cases": {f"{t}/{k}": v for (t, k), v in results.items()}}, f, indent=1)
             f.write("\n")
     return 0
