@@ -15,7 +15,9 @@ runs count calls, they do not time them. The measured processes run at `nice -n 
     /usr/bin/python3 benchmarks/profile_small_ops.py --rows shm-rate,tcp-py-block --symbols 8
     /usr/bin/python3 benchmarks/profile_small_ops.py --no-symbols --scale 0.5 --json /tmp/p.json
 
-Not a test: it asserts nothing and prints figures. Without strace or perf (or without permission to use
+Time: all rows ~9 min at load 15; `--rows shm --scale 0.25 --no-symbols` 1 min 44 s (its system call
+and switch counts hold; its CPU per op is noisy at that length). Not a test: it asserts nothing and
+prints figures. Without strace or perf (or without permission to use
 perf) it prints why and exits 0.
 """
 import argparse
