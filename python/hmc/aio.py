@@ -118,9 +118,10 @@ class AsyncSession(Session):
         for op_id in self._core.drain():
             self._settle_one(self._pending.pop(op_id, None))
 
-    def _progress(self):
+    def _progress(self, soon=False):
+        """One pass; `soon`: the pass set_soon's hook scheduled (see _soon_hook)."""
         try:
-            done = self._core.progress()
+            done = self._core.progress(soon)
         except ClosedError:
             return  # close() is under way: it settles what is pending
         for op_id in done:
@@ -234,12 +235,14 @@ class AsyncSession(Session):
 
 
 def _soon_hook(ref, loop):
-    """Core.set_soon's hook: the session's next progress() in the loop's next turn. It holds the
-    session weakly: the Core holds the hook, and a cycle through it would keep both alive."""
+    """Core.set_soon's hook: the session's next progress() in the loop's next turn, the one pass
+    that ends the wait for it (soon=True): the core asks again only after that pass, so at most one
+    is scheduled. It holds the session weakly: the Core holds the hook, and a cycle through it
+    would keep both alive."""
     def soon():
         session = ref()
         if session is not None and not loop.is_closed():
-            loop.call_soon(session._progress)
+            loop.call_soon(session._progress, True)
     return soon
 
 

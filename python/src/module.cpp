@@ -330,8 +330,10 @@ class Core {
 
   // Runs the ready handlers and progresses UCX once (never blocks, so the GIL stays held), then
   // returns the ids of notify=True operations completed meanwhile, like drain(): the completions
-  // found on this thread are collected here, without the completion fd.
-  std::vector<std::uint64_t> progress() {
+  // found on this thread are collected here, without the completion fd. `soon`: this is the pass
+  // set_soon's hook scheduled (only that one ends the wait for it: any other pass clearing it
+  // would schedule one more, and each extra pass re-schedules itself while a poller spins).
+  std::vector<std::uint64_t> progress(bool soon) {
     {
       Use s = use();
       queue_->collect_here();
@@ -341,7 +343,7 @@ class Core {
       } stop{*queue_};
       // One pass (EventLoop::poll): what is ready, every completion in it, one cycle per poller;
       // a poller that spins cycles again in asyncio's next turn (set_soon's hook, else the wakeup fd).
-      soon_due_ = false;
+      if (soon) soon_due_ = false;
       poll_here(*s, {});
     }
     ask_soon();
@@ -368,7 +370,7 @@ class Core {
     soon_wanted_ = soon_wanted_ || again;
   }
 
-  // After the gate is left (no Python code runs inside it): soon(), once until the next progress().
+  // After the gate is left (no Python code runs inside it): soon(), once until its progress(true) runs.
   void ask_soon() {
     if (!soon_wanted_) return;
     soon_wanted_ = false;
@@ -704,7 +706,7 @@ class Core {
   std::shared_ptr<CompletionQueue> queue_ = std::make_shared<CompletionQueue>();
   std::shared_ptr<Graveyard> graveyard_ = std::make_shared<Graveyard>();
   py::object soon_ = py::none();     // set_soon's hook (touched with the GIL held)
-  bool soon_due_ = false;            // soon() was called and its progress() has not run yet
+  bool soon_due_ = false;            // soon() was called and its progress(true) has not run yet
   bool soon_wanted_ = false;         // a pass on the selector thread wants another at once
   std::thread::id selector_thread_;  // the thread that called set_soon (asyncio's)
 };
@@ -880,7 +882,7 @@ PYBIND11_MODULE(_hmc, m) {
       .def("ctrl_recv", &Core::ctrl_recv)
       .def("completion_fd", &Core::completion_fd)
       .def("wakeup_fd", &Core::wakeup_fd)
-      .def("progress", &Core::progress)
+      .def("progress", &Core::progress, py::arg("soon") = false)
       .def("set_soon", &Core::set_soon)
       .def("drain", &Core::drain)
       .def("disconnect", [](Core& c, std::uint32_t rank) { c.blocking([&](Session& s) { s.disconnect(rank); }); })

@@ -236,10 +236,10 @@ def test_idle_caller_session_stops_asking_for_progress(tmp_path):
                 passes = 0
                 progress = c._progress
 
-                def counted():
+                def counted(*args):
                     nonlocal passes
                     passes += 1
-                    progress()
+                    progress(*args)
 
                 c._progress = counted
                 await asyncio.sleep(0.3)
