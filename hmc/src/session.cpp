@@ -1018,6 +1018,11 @@ std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds t
 
 std::size_t Session::progress(const std::function<bool()>& stop) { return loop_->dedicated() ? 0 : loop_->poll(stop); }
 
+std::size_t Session::progress(const std::function<bool()>& stop, bool& again) {
+  again = false;
+  return loop_->dedicated() ? 0 : loop_->poll(stop, again);
+}
+
 bool Session::progress_until(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
   if (loop_->dedicated())
     throw InvalidArgumentError("progress_until: this session has its own progress thread (ProgressThread::own)");

@@ -452,6 +452,7 @@ class AsyncWorld(_Base):
     _settle = AsyncSession._settle
     _track = AsyncSession._track
     _attach = AsyncSession._attach
+    _on_loop = AsyncSession._on_loop
     _drain = AsyncSession._drain
     _settle_early = AsyncSession._settle_early
     _settle_one = staticmethod(AsyncSession._settle_one)

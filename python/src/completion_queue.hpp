@@ -50,6 +50,12 @@ class CompletionQueue {
     collector_ = std::thread::id{};
   }
 
+  // Ids pushed and not drained yet (a collecting thread's own pushes leave the fd alone).
+  bool has_ids() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !ids_.empty();
+  }
+
   // Resets the fd (only when it was written) together with taking the list: a push after us re-signals.
   std::vector<std::uint64_t> drain() {
     std::vector<std::uint64_t> out;

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "buffer_view.hpp"
@@ -329,8 +330,10 @@ class Core {
 
   // Runs the ready handlers and progresses UCX once (never blocks, so the GIL stays held), then
   // returns the ids of notify=True operations completed meanwhile, like drain(): the completions
-  // found on this thread are collected here, without the completion fd.
-  std::vector<std::uint64_t> progress() {
+  // found on this thread are collected here, without the completion fd. `soon`: this is the pass
+  // set_soon's hook scheduled (only that one ends the wait for it: any other pass clearing it
+  // would schedule one more, and each extra pass re-schedules itself while a poller spins).
+  std::vector<std::uint64_t> progress(bool soon) {
     {
       Use s = use();
       queue_->collect_here();
@@ -339,10 +342,71 @@ class Core {
         ~Stop() { q.stop_collecting(); }
       } stop{*queue_};
       // One pass (EventLoop::poll): what is ready, every completion in it, one cycle per poller;
-      // a poller that spins cycles again in asyncio's next turn (the wakeup fd stays readable).
-      s->progress();
+      // a poller that spins cycles again in asyncio's next turn (set_soon's hook, else the wakeup fd).
+      if (soon) soon_due_ = false;
+      poll_here(*s, {});
     }
+    ask_soon();
     return drain();
+  }
+
+  // asyncio with progress_thread='caller' (called on the event loop's thread): `soon()` schedules a
+  // progress() in the loop's next turn (call_soon). Submissions made on this thread then start
+  // inside a progress() of their own (no wakeup-fd signal) and a pass that wants another asks
+  // soon() instead of making the wakeup fd readable: no eventfd write and read per operation.
+  void set_soon(py::object soon) {
+    soon_ = std::move(soon);
+    selector_thread_ = std::this_thread::get_id();
+  }
+
+  // One progress() pass on this thread; a next pass due at once is asked of soon() by ask_soon().
+  void poll_here(Session& s, const std::function<bool()>& stop) {
+    if (!on_selector_thread()) {
+      s.progress(stop);
+      return;
+    }
+    bool again = false;
+    s.progress(stop, again);
+    soon_wanted_ = soon_wanted_ || again;
+  }
+
+  // After the gate is left (no Python code runs inside it): soon(), once until its progress(true) runs.
+  void ask_soon() {
+    if (!soon_wanted_) return;
+    soon_wanted_ = false;
+    if (soon_due_ || soon_.is_none()) return;
+    soon_due_ = true;
+    soon_();
+  }
+
+  bool on_selector_thread() const { return !soon_.is_none() && std::this_thread::get_id() == selector_thread_; }
+
+  // On the selector thread, start(session, state) runs as a handler of this thread's own progress()
+  // pass right after: posted without the wakeup-fd signal, and inside the loop the operation starts
+  // without a second post. The gate is entered again there: close() may have begun meanwhile.
+  template <class Start>
+  void start_here(Session& s, const std::shared_ptr<OpState>& st, Start start) {
+    runtime::asio::post(s.executor(), [life = life_, st, start = std::move(start)]() mutable {
+      if (!life->gate.enter()) return st->complete(std::make_exception_ptr(ClosedError("the session is closed")));
+      struct Leave {
+        CallGate& gate;
+        ~Leave() { gate.leave(); }
+      } leave{life->gate};
+      try {
+        start(*life->session, st);
+      } catch (...) {
+        st->complete(std::current_exception());
+      }
+    });
+    // Other operations completed in this pass are collected as in progress(), without the
+    // completion fd: the next progress() (asked of soon()) returns their ids.
+    queue_->collect_here();
+    struct Stop {
+      CompletionQueue& q;
+      ~Stop() { q.stop_collecting(); }
+    } stop{*queue_};
+    poll_here(s, [st = st.get()] { return st->done(); });
+    soon_wanted_ = soon_wanted_ || queue_->has_ids();
   }
 
   // Ids of notify=True operations completed since the last drain; also frees finished keep-alives.
@@ -351,15 +415,24 @@ class Core {
     return queue_->drain();
   }
 
+  // `start` is copied into a handler on the selector thread (start_here): it captures by value.
   template <class Start>
   Op submit(bool notify, py::object keep, std::shared_ptr<void> pin, Start start) {
     auto state = std::make_shared<OpState>();
-    if (notify) state->notify(queue_);
+    const bool started_here = notify && on_selector_thread();
     {
       Use s = use();
-      start(*s, state);
+      if (started_here) {
+        start_here(*s, state, std::move(start));
+      } else {
+        if (notify) state->notify(queue_);
+        start(*s, state);
+      }
     }
+    // Done inside its own pass: Python settles it at once, no queue entry (and no completion-fd write).
+    if (notify && started_here && !state->done()) state->notify(queue_);
     graveyard_->collect();
+    ask_soon();
     return Op(std::move(state), graveyard_, std::move(keep), std::move(pin), life_);
   }
 
@@ -368,7 +441,7 @@ class Core {
   }
 
   Op rma(bool is_put, std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, bool notify) {
-    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+    return submit(notify, py::none(), nullptr, [=](Session& s, const std::shared_ptr<OpState>& st) {
       is_put ? s.async_put(rank, local, remote, n, completer(st)) : s.async_get(rank, local, remote, n, completer(st));
     });
   }
@@ -413,16 +486,24 @@ class Core {
       Use s = use();
       const auto rank = rank_of(*s, *a);
       if (!rank) return py::none();
-      is_put ? s->async_put(*rank, a->local, a->remote, a->size, completer(state))
-             : s->async_get(*rank, a->local, a->remote, a->size, completer(state));
-      if (life_->caller_driven) {
-        try {
-          s->progress([st = state.get()] { return st->done(); });
-        } catch (const ClosedError&) {  // close() is under way: it fails the operation, settled below
+      auto start = [is_put, rank = *rank, l = a->local, r = a->remote, n = a->size](Session& session,
+                                                                                  const std::shared_ptr<OpState>& st) {
+        is_put ? session.async_put(rank, l, r, n, completer(st)) : session.async_get(rank, l, r, n, completer(st));
+      };
+      if (on_selector_thread()) {
+        start_here(*s, state, std::move(start));
+      } else {
+        start(*s, state);
+        if (life_->caller_driven) {
+          try {
+            s->progress([st = state.get()] { return st->done(); });
+          } catch (const ClosedError&) {  // close() is under way: it fails the operation, settled below
+          }
         }
       }
     }
     graveyard_->collect();
+    ask_soon();
     if (state->succeeded()) return py::bool_(true);
     state->notify(queue_);
     return py::cast(Op(std::move(state), graveyard_, py::none(), nullptr, life_));
@@ -433,7 +514,7 @@ class Core {
     std::vector<Segment> v;
     v.reserve(segs.size());
     for (const auto& [l, r, n] : segs) v.push_back(Segment{l, r, n});
-    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+    return submit(notify, py::none(), nullptr, [=, v = std::move(v)](Session& s, const std::shared_ptr<OpState>& st) mutable {
       is_put ? s.async_put_batch(rank, std::move(v), completer(st))
              : s.async_get_batch(rank, std::move(v), completer(st));
     });
@@ -441,7 +522,7 @@ class Core {
 
   Op pipeline(bool is_put, std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, std::size_t chunk,
               std::size_t window, bool notify) {
-    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+    return submit(notify, py::none(), nullptr, [=](Session& s, const std::shared_ptr<OpState>& st) {
       is_put ? s.async_put_pipeline(rank, local, remote, n, chunk, window, completer(st))
              : s.async_get_pipeline(rank, local, remote, n, chunk, window, completer(st));
     });
@@ -450,10 +531,9 @@ class Core {
   Op registered(bool is_put, const Registered& reg, std::size_t off, std::uint32_t rank, std::size_t remote,
                 std::size_t n, bool notify) {
     std::shared_ptr<RegHolder> holder = reg.holder();
-    const RegisteredMemory& memory = holder->memory;
-    return submit(notify, py::none(), holder, [&](Session& s, const std::shared_ptr<OpState>& st) {
-      is_put ? s.async_put_from(memory, off, rank, remote, n, completer(st))
-             : s.async_get_into(memory, off, rank, remote, n, completer(st));
+    return submit(notify, py::none(), holder, [=](Session& s, const std::shared_ptr<OpState>& st) {
+      is_put ? s.async_put_from(holder->memory, off, rank, remote, n, completer(st))
+             : s.async_get_into(holder->memory, off, rank, remote, n, completer(st));
     });
   }
 
@@ -488,7 +568,7 @@ class Core {
   // put, then `tag` to the peer's ctrl_recv once the bytes are there (Session::async_put_notify).
   Op put_notify(std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, py::object tag, bool notify) {
     CtrlMessage m = message_of(tag, "notify");
-    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+    return submit(notify, py::none(), nullptr, [=, m = std::move(m)](Session& s, const std::shared_ptr<OpState>& st) mutable {
       s.async_put_notify(rank, local, remote, n, std::move(m), completer(st));
     });
   }
@@ -497,25 +577,23 @@ class Core {
                            std::size_t n, py::object tag, bool notify) {
     CtrlMessage m = message_of(tag, "notify");
     std::shared_ptr<RegHolder> holder = reg.holder();
-    const RegisteredMemory& memory = holder->memory;
-    return submit(notify, py::none(), holder, [&](Session& s, const std::shared_ptr<OpState>& st) {
-      s.async_put_from_notify(memory, off, rank, remote, n, std::move(m), completer(st));
+    return submit(notify, py::none(), holder, [=, m = std::move(m)](Session& s, const std::shared_ptr<OpState>& st) mutable {
+      s.async_put_from_notify(holder->memory, off, rank, remote, n, std::move(m), completer(st));
     });
   }
 
   Op ctrl_send(std::uint32_t rank, py::object value, bool notify) {
     CtrlMessage m = message_of(value, "ctrl_send");
-    return submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
+    return submit(notify, py::none(), nullptr, [rank, m = std::move(m)](Session& s, const std::shared_ptr<OpState>& st) mutable {
       s.async_ctrl_send(rank, std::move(m), completer(st));
     });
   }
 
   Op ctrl_recv(std::uint32_t rank, Seconds timeout, bool notify) {
     auto signal = std::make_shared<runtime::asio::cancellation_signal>();
-    std::optional<runtime::loop_executor> ex;  // valid while the gate admits calls
-    Op op = submit(notify, py::none(), nullptr, [&](Session& s, const std::shared_ptr<OpState>& st) {
-      const auto t = to_ms(timeout, s.options().timeout, "timeout");
-      ex = s.executor();
+    runtime::loop_executor ex = use()->executor();  // valid while the gate admits calls
+    const auto t = to_ms(timeout, use()->options().timeout, "timeout");
+    Op op = submit(notify, py::none(), nullptr, [rank, t, signal](Session& s, const std::shared_ptr<OpState>& st) {
       s.async_ctrl_recv(rank, t,
                         runtime::asio::bind_cancellation_slot(
                             signal->slot(), [st, signal](std::exception_ptr e, CtrlMessage m) {
@@ -523,7 +601,7 @@ class Core {
                             }));
     });
     // Cancellation slots are not thread-safe: emit on the session's loop, where the receive waits.
-    op.set_cancel([life = life_, ex = *ex, signal] {
+    op.set_cancel([life = life_, ex, signal] {
       if (!life->gate.enter()) return;  // closed: the receive has already failed
       // post_to_loop: a caller-driven loop's wakeup fd tells its driver (asyncio) of it
       runtime::post_to_loop(ex, [signal] { signal->emit(runtime::asio::cancellation_type::terminal); });
@@ -627,6 +705,10 @@ class Core {
   std::unique_ptr<Session> session_;
   std::shared_ptr<CompletionQueue> queue_ = std::make_shared<CompletionQueue>();
   std::shared_ptr<Graveyard> graveyard_ = std::make_shared<Graveyard>();
+  py::object soon_ = py::none();     // set_soon's hook (touched with the GIL held)
+  bool soon_due_ = false;            // soon() was called and its progress(true) has not run yet
+  bool soon_wanted_ = false;         // a pass on the selector thread wants another at once
+  std::thread::id selector_thread_;  // the thread that called set_soon (asyncio's)
 };
 
 // The one place C++ errors become Python exceptions: hmc._errors maps each status to its class.
@@ -800,7 +882,8 @@ PYBIND11_MODULE(_hmc, m) {
       .def("ctrl_recv", &Core::ctrl_recv)
       .def("completion_fd", &Core::completion_fd)
       .def("wakeup_fd", &Core::wakeup_fd)
-      .def("progress", &Core::progress)
+      .def("progress", &Core::progress, py::arg("soon") = false)
+      .def("set_soon", &Core::set_soon)
       .def("drain", &Core::drain)
       .def("disconnect", [](Core& c, std::uint32_t rank) { c.blocking([&](Session& s) { s.disconnect(rank); }); })
       .def("close", &Core::close);

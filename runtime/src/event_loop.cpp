@@ -261,7 +261,7 @@ struct EventLoop::State {
     return done();
   }
 
-  std::size_t poll(const std::function<bool()>& stop) {
+  std::size_t poll(const std::function<bool()>& stop, bool* again) {
     if (on_driver_thread() || dedicated.load()) return 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -296,8 +296,8 @@ struct EventLoop::State {
         }
       }
       const bool spinning = release_pollers();
-      // More may be ready, or a poller spins: the wakeup fd stays readable.
-      if (n == kPollBatch || stopped_early || spinning) wakeup->signal();
+      // More may be ready, or a poller spins: the wakeup fd stays readable (or the caller is told).
+      if (n == kPollBatch || stopped_early || spinning) again != nullptr ? void(*again = true) : wakeup->signal();
     } catch (...) {
       release_pollers();
       leave();
@@ -509,7 +509,13 @@ bool EventLoop::run_until(const std::function<bool()>& done, clock::time_point d
 
 std::size_t EventLoop::poll(const std::function<bool()>& stop) {
   const std::shared_ptr<State> s = state_;
-  return s->poll(stop);
+  return s->poll(stop, nullptr);
+}
+
+std::size_t EventLoop::poll(const std::function<bool()>& stop, bool& again) {
+  again = false;
+  const std::shared_ptr<State> s = state_;
+  return s->poll(stop, &again);
 }
 
 bool EventLoop::wait(OneShot& op, clock::time_point deadline) {

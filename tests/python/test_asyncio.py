@@ -95,6 +95,44 @@ def test_a_receive_cancelled_at_any_point_loses_and_reorders_nothing(tmp_path, p
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
+def test_caller_session_runs_one_pass_per_turn_after_many_round_trips(tmp_path):
+    """poll mode: a pass that wants another at once asks call_soon for one, and only that pass ends
+    the wait for it. Before, any pass ended it (a receive that waits runs one), so each such receive
+    started another chain of passes that re-scheduled itself for good: after n round trips every
+    asyncio turn ran about n passes (a 6.5 ms round trip after 2000). Counted passes, not time."""
+    kw = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path),
+              heartbeat_interval=0)
+    rounds, turns = 100, 50
+
+    async def main():
+        with hmc.create_session(**kw) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kw, progress_mode="poll", progress_thread="caller") as c:
+                await asyncio.wait_for(c.connect("127.0.0.1", server.ctrl_port), 20)
+                echo = asyncio.ensure_future(asyncio.to_thread(
+                    lambda: [server.ctrl_send(1, server.ctrl_recv(1, 20)) for _ in range(rounds)]))
+                for i in range(rounds):
+                    await c.ctrl_send(0, i)
+                    assert await c.ctrl_recv(0, timeout=20) == i  # most wait: their pass runs in _track
+                await asyncio.wait_for(echo, 20)
+                passes = 0
+                progress = c._progress
+
+                def counted(*args):
+                    nonlocal passes
+                    passes += 1
+                    progress(*args)
+
+                c._progress = counted  # the hook looks it up for every pass it schedules
+                await asyncio.sleep(0)
+                passes = 0
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                assert passes <= 3 * turns, f"{passes} progress passes in {turns} asyncio turns"
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_cancelled_transfers_neither_corrupt_nor_leak(server, tls):
     async def body(c):
         big = 32 * MiB

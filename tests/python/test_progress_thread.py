@@ -3,6 +3,7 @@
 Every wait is bounded (asyncio.wait_for, thread joins with a timeout)."""
 import asyncio
 import os
+import select
 import threading
 import time
 
@@ -195,3 +196,94 @@ def test_blocking_caller_driven_progress_and_futures(server, tls):
             s.progress()
         assert f.done() and f.result(0) is None
         command(s, op="exit")
+
+
+def test_caller_session_polls_again_by_call_soon_not_by_its_wakeup_fd(tmp_path):
+    """A progress pass that wants another at once (poll mode: every pass) asks asyncio's call_soon
+    on the loop's own thread: the wakeup fd is left for real events (before: one eventfd write per
+    operation and a read in the next pass). Progress goes on meanwhile: a tag from the peer lands."""
+    kw = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path),
+              heartbeat_interval=0)
+
+    async def main():
+        with hmc.create_session(**kw) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kw, progress_mode="poll", progress_thread="caller") as c:
+                await asyncio.wait_for(c.connect("127.0.0.1", server.ctrl_port), BOUND)
+                fd = c.wakeup_fd()
+                for i in range(50):
+                    await c.put_remote(0, None, 0, 0, 8)
+                    await c.ctrl_send(0, i)
+                    assert select.select([fd], [], [], 0)[0] == [], f"wakeup fd readable after operation {i}"
+                for i in range(50):
+                    assert await asyncio.to_thread(server.ctrl_recv, 1, BOUND) == i
+                await asyncio.to_thread(server.ctrl_send, 1, 77)
+                assert await asyncio.wait_for(c.ctrl_recv(0), BOUND) == 77
+
+    asyncio.run(main())
+
+
+def test_idle_caller_session_stops_asking_for_progress(tmp_path):
+    """Passes scheduled with call_soon end with the adaptive spin: an idle session is not polled in
+    a loop (counted passes, not time: a busy loop would make hundreds of thousands in the pause)."""
+    kw = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path),
+              heartbeat_interval=0)
+
+    async def main():
+        with hmc.create_session(**kw) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kw, progress_thread="caller") as c:
+                await asyncio.wait_for(c.connect("127.0.0.1", server.ctrl_port), BOUND)
+                for _ in range(200):
+                    await c.put_remote(0, None, 0, 0, 8)
+                await asyncio.sleep(0.1)  # the spin after the last activity ends (at most 100 us of it)
+                passes = 0
+                progress = c._progress
+
+                def counted(*args):
+                    nonlocal passes
+                    passes += 1
+                    progress(*args)
+
+                c._progress = counted
+                await asyncio.sleep(0.3)
+                assert passes < 1000, f"{passes} progress passes while idle"
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("progress_thread", ["caller", "own"])
+def test_receives_done_inside_their_call_keep_the_order_and_survive_cancels(tmp_path, progress_thread):
+    """A ctrl_recv whose message is already there completes inside its call (no asyncio future);
+    mixed with receives that wait and with cancelled ones, every message arrives once, in order."""
+    kw = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
+
+    async def main():
+        with hmc.create_session(**kw) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kw, progress_thread=progress_thread) as c:
+                await asyncio.wait_for(c.connect("127.0.0.1", server.ctrl_port), BOUND)
+                sent = 300
+                sender = asyncio.ensure_future(asyncio.to_thread(lambda: [server.ctrl_send(1, i) for i in range(sent)]))
+                got, i = [], 0
+                while len(got) < sent:
+                    i += 1
+                    if i % 5 == 0:  # started, then cancelled at once: whatever it took goes to the next one
+                        t = asyncio.ensure_future(c.ctrl_recv(0, timeout=BOUND))
+                        await asyncio.sleep(0)
+                        t.cancel()
+                        await asyncio.wait({t})
+                        if not t.cancelled():
+                            got.append(t.result())
+                        continue
+                    if i % 3 == 0:
+                        await asyncio.sleep(0.001)  # let messages pile up: the next receives find theirs there
+                    if i % 7 == 0 and len(got) + 2 <= sent:  # two waiting at once
+                        got.extend(await asyncio.gather(c.ctrl_recv(0, timeout=BOUND), c.ctrl_recv(0, timeout=BOUND)))
+                    else:
+                        got.append(await c.ctrl_recv(0, timeout=BOUND))
+                assert got == list(range(sent))
+                assert not c._pending
+                await sender
+
+    asyncio.run(asyncio.wait_for(main(), BOUND))

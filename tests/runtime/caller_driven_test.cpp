@@ -173,6 +173,45 @@ TEST(CallerDriven, PollCyclesASpinningPollerOnceAndLeavesTheWakeupFdReadable) {
   }
 }
 
+// poll(stop, again) is for a selector that schedules its next pass itself (asyncio's call_soon):
+// a spinning poller, or handlers left by a stop, set `again` and leave the wakeup fd alone (an
+// eventfd write and read less per pass); a poller that arms says nothing.
+TEST(CallerDriven, PollWithAgainTellsTheCallerInsteadOfTheWakeupFd) {
+  EventLoopOptions poll_mode{ProgressMode::poll};
+  EventLoop loop(poll_mode);
+  const int fd = loop.wakeup_fd();
+  EventfdPoller p;
+  PollerHandle handle = loop.call([&] { return loop.attach(p); });
+  bool again = false;
+  loop.poll({}, again);  // reads the wakeup fd the call left readable
+  for (int i = 0; i < 3; ++i) {
+    const long before = p.progress_calls.load();
+    again = false;
+    loop.poll({}, again);
+    EXPECT_TRUE(again) << "the spin goes on in the caller's next pass";
+    EXPECT_EQ(p.progress_calls.load() - before, 1) << "one cycle per poll()";
+    EXPECT_FALSE(readable(fd)) << "the wakeup fd is left for real events";
+  }
+  int ran = 0;
+  loop.call([&] {
+    for (int i = 0; i < 3; ++i) loop.submit([&] { ++ran; });
+  });
+  loop.poll({}, again);  // the call's own wakeup
+  EXPECT_EQ(ran, 3);
+  loop.call([&] { handle.detach(); });
+
+  EventLoop event_loop(EventLoopOptions{ProgressMode::event});
+  const int efd = event_loop.wakeup_fd();
+  for (int i = 0; i < 2; ++i) event_loop.submit([&] { ++ran; });
+  again = true;
+  event_loop.poll([&] { return ran == 4; }, again);
+  EXPECT_TRUE(again) << "stopped with a handler left";
+  EXPECT_FALSE(readable(efd));
+  event_loop.poll({}, again);
+  EXPECT_FALSE(again) << "nothing left, no poller";
+  EXPECT_EQ(ran, 5);
+}
+
 TEST(CallerDriven, CallRunsInlineWhileTheSeatIsFreeAndWakesTheSelectorAfter) {
   EventLoop loop;
   const int fd = loop.wakeup_fd();

@@ -261,6 +261,9 @@ class Session {
   // With `stop`: returns as soon as stop() holds after a handler (e.g. once the awaited operation is
   // done), leaving the rest to the next call (the wakeup fd stays readable).
   std::size_t progress(const std::function<bool()>& stop = {});
+  // The same for an outside selector that schedules its next call itself: `again` says that one is
+  // due at once (a poller spins, handlers are left ready), instead of the wakeup fd (one write and read less).
+  std::size_t progress(const std::function<bool()>& stop, bool& again);
   // ProgressThread::caller or shared: drives the loop on this thread until done() or the deadline (while
   // another thread drives, sleeps until done(), the deadline, or it leaves); returns done(). For
   // waits on operations started with callbacks (the Python layer). InvalidArgumentError with its

@@ -82,6 +82,10 @@ class EventLoop {
   // two cycles instead of behind a batch of them. With `stop`, returns as soon as stop() holds
   // after a handler; the wakeup fd then stays readable for the rest.
   std::size_t poll(const std::function<bool()>& stop = {});
+  // poll() for an outside selector that schedules its next poll() itself (asyncio's call_soon):
+  // sets `again` when another poll() is due at once (a poller spins, or the batch limit or `stop`
+  // left handlers ready) instead of making the wakeup fd readable, which costs a write and a read.
+  std::size_t poll(const std::function<bool()>& stop, bool& again);
   // Readable while the loop has work for poll(): socket I/O and timers (the io_uring ring), the
   // fds of attached pollers once armed (waited on through the ring), handlers posted from other
   // threads, and a poll() that stopped at its batch limit. Owned by the loop. Caller-driven loops.
