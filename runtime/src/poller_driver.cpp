@@ -64,10 +64,9 @@ void PollerDriver::stop() {
   stopped_ = true;
   error_code ignored;
   safety_timer_.cancel();
-  if (fd_.is_open()) {
-    fd_.cancel(ignored);
-    fd_.release();
-  }
+  // Cancelled, released only by the destructor (after the wait's handler): Asio 1.26's io_uring
+  // backend would hand the wait still in the ring to the next descriptor it registers.
+  if (fd_.is_open()) fd_.cancel(ignored);
 }
 
 void PollerDriver::again() {

@@ -119,6 +119,7 @@ struct Args {
   std::string role;
   std::string tls, net_devices, local_ip = "127.0.0.1", bind_ip = "127.0.0.1", uds_dir = "/tmp", ctrl = "auto";
   std::string mode = "event";
+  std::string progress_thread;  // own, shared or caller; empty: SessionOptions' default
   std::uint16_t port = 0;
   std::uint16_t data_port = 18515;  // the server's (ip, data_port) name; connect must name it right
   std::uint32_t rank = 0;           // server: its own rank
@@ -151,6 +152,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--ctrl") a.ctrl = v;
     else if (k == "--uds-dir") a.uds_dir = v;
     else if (k == "--mode") a.mode = v;
+    else if (k == "--progress-thread") a.progress_thread = v;
     else if (k == "--max-seconds") a.max_seconds = std::stol(v);
     else throw hmc::InvalidArgumentError("unknown option " + k);
   }
@@ -178,6 +180,10 @@ hmc::SessionOptions session_options(const Args& a, std::size_t buffer) {
   o.ucx_net_devices = a.net_devices;
   o.timeout = ms(a.timeout_ms);
   o.progress_mode = a.mode == "poll" ? hmc::runtime::ProgressMode::poll : hmc::runtime::ProgressMode::event;
+  if (a.progress_thread == "own") o.progress_thread = hmc::ProgressThread::own;
+  else if (a.progress_thread == "shared") o.progress_thread = hmc::ProgressThread::shared;
+  else if (a.progress_thread == "caller") o.progress_thread = hmc::ProgressThread::caller;
+  else if (!a.progress_thread.empty()) throw hmc::InvalidArgumentError("--progress-thread own|shared|caller");
   o.ctrl.uds_dir = a.uds_dir;
   o.ctrl.transport = a.ctrl == "tcp" ? hmc::CtrlTransport::tcp
                      : a.ctrl == "uds" ? hmc::CtrlTransport::uds

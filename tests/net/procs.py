@@ -138,6 +138,8 @@ class Peer(Child):
 
     def __init__(self, role, name, netns=None, env=None, ready=True, **options):
         argv = [BIN_DIR / "hmc_net_peer", role]
+        if os.environ.get("HMC_NET_PROGRESS_THREAD"):  # own, shared or caller: every peer's, to compare
+            options.setdefault("progress_thread", os.environ["HMC_NET_PROGRESS_THREAD"])
         for k, v in options.items():
             argv += ["--" + k.replace("_", "-"), v]
         super().__init__(argv, name, netns, env)

@@ -92,7 +92,8 @@ class CtrlConnection : public std::enable_shared_from_this<CtrlConnection> {
   void pause_reading();
   void resume_reading();
 
-  // Closes the socket; pending and queued sends fail with `reason`. Idempotent.
+  // Shuts the socket down and cancels its operations (the fd closes with this object, once none is
+  // in flight); pending and queued sends fail with `reason`. Idempotent.
   void close(error_code reason, const std::string& why);
 
   bool is_open() const noexcept { return !closed_; }
