@@ -118,14 +118,27 @@ class AsyncSession(Session):
         for op_id in self._core.drain():
             self._settle_one(self._pending.pop(op_id, None))
 
+    def progress(self):
+        """Session.progress() for an asyncio session: what it completes settles the awaited
+        operations (on the event loop's thread at once; from another thread through the loop)."""
+        if self._on_loop():
+            self._progress()
+            return
+        done = self._core.progress()
+        if done and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._settle_ids, done)
+
+    def _settle_ids(self, done):
+        for op_id in done:
+            self._settle_one(self._pending.pop(op_id, None))
+
     def _progress(self, soon=False):
         """One pass; `soon`: the pass set_soon's hook scheduled (see _soon_hook)."""
         try:
             done = self._core.progress(soon)
         except ClosedError:
             return  # close() is under way: it settles what is pending
-        for op_id in done:
-            self._settle_one(self._pending.pop(op_id, None))
+        self._settle_ids(done)
 
     def _track(self, op, again=True):
         fut = self._attach().create_future()

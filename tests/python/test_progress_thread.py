@@ -287,3 +287,27 @@ def test_receives_done_inside_their_call_keep_the_order_and_survive_cancels(tmp_
                 await sender
 
     asyncio.run(asyncio.wait_for(main(), BOUND))
+
+
+def test_explicit_progress_on_an_asyncio_session_settles_what_it_completes(tmp_path):
+    """sess.progress() called by the user on the loop's thread completes a waiting receive: its
+    awaiter is settled (before, the completion's id was taken by progress() and dropped: a hang)."""
+    kw = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
+
+    async def main():
+        with hmc.create_session(**kw) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kw, progress_thread="caller") as c:
+                await asyncio.wait_for(c.connect("127.0.0.1", server.ctrl_port), BOUND)
+                await asyncio.to_thread(server.wait_peer, 1, BOUND)
+                recv = asyncio.ensure_future(c.ctrl_recv(0, timeout=BOUND))
+                await asyncio.sleep(0)  # the receive is submitted and waits
+                sender = threading.Timer(0.1, server.ctrl_send, (1, 42))
+                sender.start()
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:  # only explicit progress: the loop gets no turn
+                    c.progress()
+                sender.join(BOUND)
+                assert await asyncio.wait_for(recv, 10) == 42
+
+    asyncio.run(main())
