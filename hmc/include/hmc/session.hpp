@@ -38,9 +38,9 @@ enum class ConnType { RDMA = 0, UCX = 1 };
 
 // Which thread runs the session's event loop (docs/design.md, "Progress modes").
 enum class ProgressThread {
-  own,     // (default) a dedicated loop thread: progress happens whether or not the user calls in
+  own,     // a dedicated loop thread: progress happens whether or not the user calls in
   caller,  // no thread: blocking calls drive the loop while they wait, progress() drives it explicitly
-  shared,  // blocking calls drive the loop while they wait; a keeper thread drives it when none
+  shared,  // (default) blocking calls drive the loop while they wait; a keeper thread drives it when none
            // has for 1 ms; handlers run one at a time on whichever of these threads drives
 };
 
@@ -50,7 +50,7 @@ struct SessionOptions {
   int device_id = 0;
   std::string local_ip = "127.0.0.1";  // the address peers know this session by
   runtime::ProgressMode progress_mode = runtime::ProgressMode::adaptive;
-  ProgressThread progress_thread = ProgressThread::own;
+  ProgressThread progress_thread = ProgressThread::shared;
   std::string ucx_tls;                            // e.g. "tcp" or "shm"; empty: UCX_TLS / UCX default
   std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
