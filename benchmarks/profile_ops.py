@@ -41,18 +41,33 @@ def run(cmd, env, timeout=300):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def parse_strace_c(path):
+    """System calls by name from an `strace -c -o path` summary."""
+    counts = collections.Counter()
+    for line in open(path):
+        f = line.split()
+        # % time, seconds, usecs/call, calls, [errors], syscall
+        if len(f) >= 5 and re.fullmatch(r"[\d.]+", f[0]) and f[-1] != "total":
+            counts[f[-1]] += int(f[3])
+    return counts
+
+
+def parse_perf_stat(path):
+    """Counter values by event name from a `perf stat -x, -o path` file."""
+    vals = {}
+    for line in open(path):
+        f = line.strip().split(",")
+        if len(f) > 3 and re.fullmatch(r"[\d.]+", f[0]):
+            vals[f[2]] = float(f[0])
+    return vals
+
+
 def strace_counts(cmd, env, n, tmp):
     out = os.path.join(tmp, "strace.txt")
     proc = run(["strace", "-f", "-c", "-o", out] + cmd + ["--iters", str(n)], env)
     if proc.returncode != 0:
         return None, proc.stderr[-300:]
-    counts = collections.Counter()
-    for line in open(out):
-        f = line.split()
-        # % time, seconds, usecs/call, calls, [errors], syscall
-        if len(f) >= 5 and re.fullmatch(r"[\d.]+", f[0]) and f[-1] != "total":
-            counts[f[-1]] += int(f[3])
-    return counts, None
+    return parse_strace_c(out), None
 
 
 def perf_counts(cmd, env, n, tmp):
@@ -61,12 +76,7 @@ def perf_counts(cmd, env, n, tmp):
                cmd + ["--iters", str(n)], env)
     if proc.returncode != 0:
         return None, proc.stderr[-300:]
-    vals = {}
-    for line in open(out):
-        f = line.strip().split(",")
-        if len(f) > 3 and re.fullmatch(r"[\d.]+", f[0]):
-            vals[f[2]] = float(f[0])
-    return vals, None
+    return parse_perf_stat(out), None
 
 
 def unavailable(proc_text):

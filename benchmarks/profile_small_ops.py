@@ -32,6 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from profile_ops import parse_perf_stat, parse_strace_c
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = "/usr/bin/python3"
 PERIOD_NS = 200_000  # one cpu-clock sample per 200 us of CPU: sampling faster slows spinning programs here
@@ -173,13 +175,7 @@ def strace_counts(cmd, env, tmp):
         return None, "not available in this build"
     if proc.returncode != 0:
         return None, f"strace: exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
-    counts = collections.Counter()
-    for line in open(out):
-        f = line.split()
-        # % time, seconds, usecs/call, calls, [errors], syscall
-        if len(f) >= 5 and re.fullmatch(r"[\d.]+", f[0]) and f[-1] != "total":
-            counts[f[-1]] += int(f[3])
-    return counts, None
+    return parse_strace_c(out), None
 
 
 def perf_stat(cmd, env, tmp):
@@ -187,12 +183,7 @@ def perf_stat(cmd, env, tmp):
     proc = run(["perf", "stat", "-x,", "-o", out, "-e", "task-clock,context-switches,cpu-migrations"] + cmd, env)
     if proc.returncode != 0:
         return None, f"perf stat: exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
-    vals = {}
-    for line in open(out):
-        f = line.strip().split(",")
-        if len(f) > 3 and re.fullmatch(r"[\d.]+", f[0]):
-            vals[f[2]] = float(f[0])
-    return vals, None
+    return parse_perf_stat(out), None
 
 
 def least_stat(cmd, env, tmp, repeat):
