@@ -92,12 +92,12 @@ def cases(o, tls):
     c = {
         "cpp-coro8": Case("C++ coroutine put 8 B, 1 in flight",
                           hmc_cpp(o, tls, ["--test", "put_bw", "--depth", "1", "--sizes", "8"]), fast),
-        "cpp-block8": Case("C++ blocking put 8 B (own thread, default)",
+        "cpp-block8": Case("C++ blocking put 8 B (default progress thread)",
                            hmc_cpp(o, tls, ["--test", "put_sync", "--sizes", "8"]), mid),
         "cpp-block8-shared": Case("C++ blocking put 8 B, progress shared",
                                   hmc_cpp(o, tls, ["--test", "put_sync", "--sizes", "8", "--progress-thread",
                                                    "shared"]), fast),
-        "cpp-block64": Case("C++ blocking put 64 B (own thread, default)",
+        "cpp-block64": Case("C++ blocking put 64 B (default progress thread)",
                             hmc_cpp(o, tls, ["--test", "put_sync", "--sizes", "64"]), mid),
         "cpp-notify8": Case("C++ put + notify round trip 8 B",
                             hmc_cpp(o, tls, ["--test", "notify_lat", "--sizes", "8"]), rtt),
@@ -137,29 +137,27 @@ def cases(o, tls):
     return c
 
 
-# (key, transport, the target that misses, ours, anchors, who is changing that path this session)
+# (key, transport, the target that misses, ours, anchors)
 ROWS = [
-    ("shm-py-block", "shm", "Python blocking 64 B put / C++ blocking put (<= 1.5)", "py-block64", ["cpp-block64"], ""),
-    ("shm-aio-put", "shm", "Python asyncio 8 B await put / C++ coroutine (<= 2)", "py-aio8", ["cpp-coro8"], "aio12"),
-    ("shm-aio-rtt", "shm", "Python asyncio put + notify RT / C++ (<= 1.5)", "py-aio-notify8", ["cpp-notify8"], "aio12"),
+    ("shm-py-block", "shm", "Python blocking 64 B put / C++ blocking put (<= 1.5)", "py-block64", ["cpp-block64"]),
+    ("shm-aio-put", "shm", "Python asyncio 8 B await put / C++ coroutine (<= 2)", "py-aio8", ["cpp-coro8"]),
+    ("shm-aio-rtt", "shm", "Python asyncio put + notify RT / C++ (<= 1.5)", "py-aio-notify8", ["cpp-notify8"]),
     ("shm-cpp-block", "shm", "C++ blocking 8 B put / on-loop coroutine (<= 1.5)", "cpp-block8",
-     ["cpp-coro8", "cpp-block8-shared"], "shr12"),
+     ["cpp-coro8", "cpp-block8-shared"]),
     ("shm-rate", "shm", "C++ 8 B put rate at depth 64 / ucp_put_bw (>= 0.2)", "cpp-rate8",
-     ["perftest-rate8", "raw-rate8"], ""),
+     ["perftest-rate8", "raw-rate8"]),
     ("shm-bw64K", "shm", "C++ put bandwidth 64 KiB / raw put windows + flush (>= 0.9)", "cpp-bw64K",
-     ["raw-bw64K", "perftest-bw64K"], ""),
+     ["raw-bw64K", "perftest-bw64K"]),
     ("shm-rtt-raw", "shm", "C++ put + notify RT / raw put + flush + AM ping-pong (<= 2)", "cpp-notify8",
-     ["raw-notify8"], ""),
-    ("shm-aio-1M", "shm", "(earlier) Python asyncio 1 MiB put bandwidth / C++ (>= 0.8)", "py-aio1M", ["cpp-1M"],
-     "aio12"),
+     ["raw-notify8"]),
+    ("shm-aio-1M", "shm", "(earlier) Python asyncio 1 MiB put bandwidth / C++ (>= 0.8)", "py-aio1M", ["cpp-1M"]),
     ("tcp-py-block", "tcp", "Python blocking 64 B put_remote / raw put + flush (<= 1.3)", "py-block64",
-     ["raw-put64"], ""),
-    ("tcp-aio-put", "tcp", "Python asyncio 8 B await put / C++ coroutine (<= 2)", "py-aio8", ["cpp-coro8"], "aio12"),
-    ("tcp-aio-rtt", "tcp", "Python asyncio put + notify RT / C++ (<= 1.5)", "py-aio-notify8", ["cpp-notify8"], "aio12"),
+     ["raw-put64"]),
+    ("tcp-aio-put", "tcp", "Python asyncio 8 B await put / C++ coroutine (<= 2)", "py-aio8", ["cpp-coro8"]),
+    ("tcp-aio-rtt", "tcp", "Python asyncio put + notify RT / C++ (<= 1.5)", "py-aio-notify8", ["cpp-notify8"]),
     ("tcp-cpp-block", "tcp", "C++ blocking 8 B put / on-loop coroutine (<= 1.5)", "cpp-block8",
-     ["cpp-coro8", "cpp-block8-shared"], "shr12"),
-    ("tcp-bw64K", "tcp", "C++ put bandwidth 64 KiB / ucp_put_bw (>= 0.9)", "cpp-bw64K", ["perftest-bw64K", "raw-bw64K"],
-     ""),
+     ["cpp-coro8", "cpp-block8-shared"]),
+    ("tcp-bw64K", "tcp", "C++ put bandwidth 64 KiB / ucp_put_bw (>= 0.9)", "cpp-bw64K", ["perftest-bw64K", "raw-bw64K"]),
 ]
 
 
@@ -279,9 +277,8 @@ def render(rows, results, mode):
              "sys/op: strace -f -c; cs/op, CPU us/op: perf stat (task-clock, context-switches); "
              "symbols: perf record cpu-clock, each symbol's share of the extra samples x CPU us/op.",
              "* both processes busy-poll: CPU per op = 2 cores x wall time per op, which load stretches.", ""]
-    for key, tls, target, ours, anchors, owner in rows:
-        lines.append(f"== {key} [{tls}] {target}" + (f"  (path being reworked by {owner}: profiled on main)"
-                                                      if owner else ""))
+    for key, tls, target, ours, anchors in rows:
+        lines.append(f"== {key} [{tls}] {target}")
         lines.append(f"   {'side':<48} {'sys/op':>7} {'cs/op':>7} {'CPU us/op':>9}  top system calls per op")
         for role, ck in [("ours", ours)] + [("anchor", a) for a in anchors]:
             r = results[(tls, ck)]
@@ -347,7 +344,7 @@ def main(argv=None):
     p.add_argument("--quiet", action="store_true")
     o = p.parse_args(argv)
     if o.list:
-        for key, tls, target, ours, anchors, owner in ROWS:
+        for key, tls, target, ours, anchors in ROWS:
             print(f"{key:<14} {target}: {ours} vs {', '.join(anchors)}")
         return 0
     want = set(o.rows.split(","))
@@ -364,7 +361,7 @@ def main(argv=None):
             return 0
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for key, tls, target, ours, anchors, owner in rows:
+        for key, tls, target, ours, anchors in rows:
             all_cases = cases(o, tls)
             for ck in [ours] + anchors:
                 if (tls, ck) in results:
@@ -382,7 +379,7 @@ def main(argv=None):
     if o.json:
         Path(o.json).parent.mkdir(parents=True, exist_ok=True)
         with open(o.json, "w") as f:
-            fields = ("key", "tls", "target", "ours", "anchors", "owner")
+            fields = ("key", "tls", "target", "ours", "anchors")
             json.dump({"mode": o.mode, "rows": [dict(zip(fields, r)) for r in rows],
                        "cases": {f"{t}/{k}": v for (t, k), v in results.items()}}, f, indent=1)
             f.write("\n")
