@@ -91,6 +91,21 @@ def run_async(server, tls, body, **extra):
     asyncio.run(main())
 
 
+class PassCounter:
+    """Counts an AsyncSession's progress passes from now on: its _progress, which the wakeup fd's reader
+    and set_soon's hook look up for every pass."""
+
+    def __init__(self, session):
+        self.n = 0
+        progress = session._progress
+
+        def counted(*args):
+            self.n += 1
+            progress(*args)
+
+        session._progress = counted
+
+
 def run_child(code, timeout=120):
     """Runs Python code in a child process (a crash there fails the test instead of killing pytest)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))

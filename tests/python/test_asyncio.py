@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hmc
-from conftest import acommand, session_kwargs
+from conftest import PassCounter, acommand, session_kwargs
 from patterns import pattern, sha
 
 MiB = 1 << 20
@@ -115,20 +115,12 @@ def test_caller_session_runs_one_pass_per_turn_after_many_round_trips(tmp_path):
                     await c.ctrl_send(0, i)
                     assert await c.ctrl_recv(0, timeout=20) == i  # most wait: their pass runs in _track
                 await asyncio.wait_for(echo, 20)
-                passes = 0
-                progress = c._progress
-
-                def counted(*args):
-                    nonlocal passes
-                    passes += 1
-                    progress(*args)
-
-                c._progress = counted  # the hook looks it up for every pass it schedules
+                passes = PassCounter(c)
                 await asyncio.sleep(0)
-                passes = 0
+                passes.n = 0
                 for _ in range(turns):
                     await asyncio.sleep(0)
-                assert passes <= 3 * turns, f"{passes} progress passes in {turns} asyncio turns"
+                assert passes.n <= 3 * turns, f"{passes.n} progress passes in {turns} asyncio turns"
 
     asyncio.run(asyncio.wait_for(main(), 60))
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import hmc
-from conftest import acommand, command, session_kwargs
+from conftest import PassCounter, acommand, command, session_kwargs
 from patterns import pattern, sha
 
 MiB = 1 << 20
@@ -237,17 +237,9 @@ def test_idle_caller_session_stops_asking_for_progress(tmp_path):
                 for _ in range(200):
                     await c.put_remote(0, None, 0, 0, 8)
                 await asyncio.sleep(0.1)  # the spin after the last activity ends (at most 100 us of it)
-                passes = 0
-                progress = c._progress
-
-                def counted(*args):
-                    nonlocal passes
-                    passes += 1
-                    progress(*args)
-
-                c._progress = counted
+                passes = PassCounter(c)
                 await asyncio.sleep(0.3)
-                assert passes < 1000, f"{passes} progress passes while idle"
+                assert passes.n < 1000, f"{passes.n} progress passes while idle"
 
     asyncio.run(main())
 
