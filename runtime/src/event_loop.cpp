@@ -245,20 +245,46 @@ struct EventLoop::State {
         if (ran && turn % kClockEvery != 0) continue;
         if (clock::now() >= deadline) break;
         if (!ran) {
-          io.run_one_until(deadline);
+          block_until(deadline);
           wake_done_waiters();
         }
       }
     } catch (...) {
+      disarm_deadline();
       leave();  // a handler's exception reaches this caller; the loop stays usable for the next
       wakeup->signal();
       throw;
     }
+    disarm_deadline();
     leave();
     // Handlers this driver left queued (or a poll() it turned away) belong to an outside selector
     // now: make its wakeup fd readable (no-op without one).
     wakeup->signal();
     return done();
+  }
+
+  // Sleeps in the reactor until a handler ran or the deadline passed. Not run_one_until: on
+  // io_uring that tags its kernel timeout with a stack address, and the timeout's late CQE, reaped
+  // by the next thread to drive, is then run as an operation (a segfault with several drivers).
+  // A steady_timer's kernel timeout is tagged with the reactor's own member instead.
+  void block_until(clock::time_point deadline) {
+    if (deadline != clock::time_point::max() && armed_deadline != deadline) {
+      deadline_timer.expires_at(deadline);
+      deadline_timer.async_wait([](const error_code&) {});
+      armed_deadline = deadline;
+    }
+    io.run_one();
+  }
+
+  // Cancels the driver's deadline timer (its no-op handler runs on a later pass).
+  void disarm_deadline() noexcept {
+    if (armed_deadline == clock::time_point::max()) return;
+    armed_deadline = clock::time_point::max();
+    try {
+      deadline_timer.cancel();
+    } catch (const std::exception& e) {  // a timer's cancel has nothing to fail on; say so if it does
+      log().error("event loop: cancelling the deadline timer failed: {}", e.what());
+    }
   }
 
   std::size_t poll(const std::function<bool()>& stop, bool* again) {
@@ -416,6 +442,8 @@ struct EventLoop::State {
   std::unique_ptr<asio::io_context> io_owner = std::make_unique<asio::io_context>(1);  // leaked by a drain that cannot end
   asio::io_context& io = *io_owner;
   asio::executor_work_guard<executor_type> work{io.get_executor()};
+  asio::steady_timer deadline_timer{io};     // run_until's sleep limit; the driver's only
+  clock::time_point armed_deadline = clock::time_point::max();  // what deadline_timer waits for
   const std::shared_ptr<detail::LoopWakeup> wakeup = std::make_shared<detail::LoopWakeup>();
   std::thread thread;                        // the owned thread, after start()
   std::atomic<std::thread::id> driver{};     // the thread running handlers now

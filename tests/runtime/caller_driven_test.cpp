@@ -2,6 +2,8 @@
 // and the wakeup fd an outside selector sleeps on.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <array>
@@ -83,6 +85,54 @@ TEST(CallerDriven, FourThreadsWaitingAtOnceHaveOneDriverAtATime) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(completed[static_cast<std::size_t>(t)].load(), kPerThread);
   EXPECT_EQ(overlaps.load(), 0) << "two threads ran handlers at once";
   EXPECT_EQ(off_driver.load(), 0);
+}
+
+// A driver's sleep that a signal interrupts, on four drivers in turn. Asio's run_one_until on
+// io_uring tags its kernel timeout with a stack address and, when the wait fails with EINTR, never
+// cancels it: the timeout fires later while another thread drives, which runs the address as a
+// handler (a segfault). Signals reach user threads in real programs (profilers, Python's handlers).
+TEST(CallerDriven, InterruptedSleepsOnFourThreadsNeverLeaveAStaleTimeoutBehind) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 1000;
+  struct sigaction quiet {};
+  quiet.sa_handler = [](int) {};
+  sigemptyset(&quiet.sa_mask);
+  struct sigaction before {};
+  ASSERT_EQ(::sigaction(SIGUSR1, &quiet, &before), 0);
+  EventLoop loop;
+  std::array<std::atomic<bool>, kThreads> running{};
+  std::vector<pthread_t> handles(kThreads);
+  std::mutex handles_mutex;  // a thread is signalled only while it has not ended
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      {
+        std::lock_guard<std::mutex> lock(handles_mutex);
+        handles[static_cast<std::size_t>(t)] = ::pthread_self();
+        running[static_cast<std::size_t>(t)] = true;
+      }
+      for (int i = 0; i < kRounds; ++i) {
+        const auto wait = std::chrono::microseconds(300 + 100 * ((i + t) % 7));
+        (void)loop.run_until([] { return false; }, EventLoop::clock::now() + wait);
+      }
+      std::lock_guard<std::mutex> lock(handles_mutex);
+      running[static_cast<std::size_t>(t)] = false;
+    });
+  }
+  for (int k = 0;; ++k) {
+    {
+      std::lock_guard<std::mutex> lock(handles_mutex);
+      const auto i = static_cast<std::size_t>(k % kThreads);
+      if (running[i]) ::pthread_kill(handles[i], SIGUSR1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(150));
+    if (k > kThreads && std::none_of(running.begin(), running.end(), [](const auto& r) { return r.load(); })) break;
+  }
+  for (auto& th : threads) th.join();
+  ::sigaction(SIGUSR1, &before, nullptr);
+  std::atomic<bool> last{false};
+  loop.submit([&] { last = true; });
+  EXPECT_TRUE(loop.run_until([&] { return last.load(); }, in(5s))) << "the loop still runs handlers";
 }
 
 TEST(CallerDriven, ACompletionForAWaitingFollowerWakesIt) {
