@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -134,6 +136,45 @@ TEST(Auth, SymlinkedKeyFileIsRefused) {
   ::chmod(real.c_str(), 0600);
   fs::create_symlink(real, dir.path() + "/auth_key");
   EXPECT_THROW(load_or_create_key_file(dir.path() + "/auth_key"), InvalidConfigError);
+}
+
+// A FIFO named as the key file is refused at once: an open for reading would wait for a writer.
+TEST(Auth, FifoKeyFileIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string path = dir.path() + "/auth_key";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto loading = std::async(std::launch::async, [&] { return load_or_create_key_file(path); });
+  if (loading.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    std::ofstream(path) << "unblock\n";  // lets the blocked open return so the test can end
+    loading.wait();
+    FAIL() << "loading a FIFO key file blocked";
+  }
+  try {
+    loading.get();
+    FAIL() << "a FIFO key file was accepted";
+  } catch (const InvalidConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Auth, KeyDirectoryWritableByOthersIsRefused) {
+  TempDir dir;
+  const std::string sub = dir.path() + "/hmc";
+  ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+  const std::string path = sub + "/auth_key";
+  std::ofstream(path) << "secret\n";
+  ::chmod(path.c_str(), 0600);
+  ::chmod(sub.c_str(), 0777);
+  try {
+    load_or_create_key_file(path);
+    FAIL() << "a key in a world-writable directory was accepted";
+  } catch (const InvalidConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("chmod 700 " + sub), std::string::npos) << e.what();
+  }
+  ::chmod(sub.c_str(), 01777);  // sticky: others cannot replace our file
+  EXPECT_EQ(load_or_create_key_file(path), bytes_of("secret"));
+  ::chmod(sub.c_str(), 0700);
+  EXPECT_EQ(load_or_create_key_file(path), bytes_of("secret"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -75,11 +76,38 @@ std::string default_key_file() {
   return std::string(home) + "/.hmc/auth_key";
 }
 
+namespace {
+// Whoever may write the key file's directory may swap the key for theirs: refused unless the
+// directory is sticky (like /tmp, where others cannot replace our file).
+void check_key_dir(const std::string& path) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;  // the open below reports a missing directory
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw InvalidConfigError("key directory " + dir + " is writable by other users (mode " + mode +
+                             "): they could replace the key (chmod 700 " + dir + ")");
+  }
+}
+}  // namespace
+
 AuthKey load_or_create_key_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO (or device) named as the key file must be refused below, not block the open.
+  constexpr int kFlags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  int fd = ::open(path.c_str(), kFlags);
   if (fd < 0 && errno == ENOENT) {
     create_key_file(path);
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = ::open(path.c_str(), kFlags);
+  }
+  if (fd >= 0) {
+    try {
+      check_key_dir(path);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
   }
   if (fd < 0) throw InvalidConfigError("cannot open key file " + path + ": " + errno_text(errno));
   struct stat st {};
