@@ -1,13 +1,16 @@
 #include "ucx/ucx_context.hpp"
 
 #include <ucs/debug/log_def.h>
+#include <uct/api/uct.h>
 
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -47,7 +50,60 @@ ucs_log_func_rc_t ucx_log_to_hmc(const char* file, unsigned line, const char*, u
   runtime::log().log(level_of(level), "UCX {}:{} {}", base != nullptr ? base + 1 : file, line, text);
   return UCS_LOG_FUNC_RC_STOP;
 }
+// The UCT components this UCX was built with (posix, sysv, cma, tcp, ...): a transport named in
+// UCX_TLS that is missing draws a warning from UCX.
+std::vector<std::string> available_components() {
+  std::vector<std::string> out;
+  uct_component_h* components = nullptr;
+  unsigned count = 0;
+  if (uct_query_components(&components, &count) != UCS_OK) return out;
+  for (unsigned i = 0; i < count; ++i) {
+    uct_component_attr_t attr{};
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME;
+    if (uct_component_query(components[i], &attr) == UCS_OK) out.emplace_back(attr.name);
+  }
+  uct_release_component_list(components);
+  return out;
+}
 }  // namespace
+
+std::string without_sysv(const std::string& list, const std::vector<std::string>& available) {
+  std::vector<std::string> names;
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) names.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (names.empty() || (names.size() == 1 && names[0] == "all")) return "^sysv";
+  if (names[0].starts_with('^')) {
+    const bool has = std::find(names.begin(), names.end(), "sysv") != names.end() || names[0] == "^sysv";
+    return has ? list : list + ",sysv";
+  }
+  std::vector<std::string> out;
+  auto add = [&](const std::string& n) {
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  };
+  auto add_available = [&](std::initializer_list<const char*> tls) {
+    for (const char* n : tls)
+      if (std::find(available.begin(), available.end(), n) != available.end()) add(n);
+  };
+  for (const std::string& n : names) {
+    if (n == "sysv") continue;
+    if (n == "shm" || n == "sm") {
+      add_available({"posix", "cma", "xpmem", "knem"});
+    } else if (n == "mm") {
+      add_available({"posix", "xpmem"});
+    } else {
+      add(n);
+    }
+  }
+  if (out.empty())
+    throw InvalidConfigError("UCX_TLS '" + list +
+                             "': SysV shared memory is not used (its segments are open to the group); use posix or shm");
+  std::string joined;
+  for (const auto& n : out) joined += (joined.empty() ? "" : ",") + n;
+  return joined;
+}
 
 std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options) {
   static std::once_flag routed;
@@ -55,7 +111,13 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   ucp_config_t* config = nullptr;
   if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) throw Error(Status::ERROR, "ucp_config_read failed");
   std::vector<std::pair<std::string, std::string>> settings;
-  if (!options.tls.empty()) settings.emplace_back("TLS", options.tls);
+  // Same-host peers share memory through posix segments, which UCX opens through /proc/<pid>/fd
+  // (this user only), never SysV, whose segments UCX creates with mode 0660: the session buffer
+  // was readable and writable by the group. The buffer comes from posix (ALLOC_PRIO, no md:sysv).
+  const char* env_tls = std::getenv("UCX_TLS");
+  settings.emplace_back("TLS", without_sysv(!options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "",
+                                            available_components()));
+  settings.emplace_back("ALLOC_PRIO", "md:posix,huge,thp,mmap,heap");
   if (!options.net_devices.empty()) settings.emplace_back("NET_DEVICES", options.net_devices);
   if (options.keepalive.count() > 0) {
     if (may_use_tcp(options.tls)) {

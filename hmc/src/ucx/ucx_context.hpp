@@ -14,13 +14,18 @@
 namespace hmc::detail {
 
 struct UcxContextOptions {
-  std::string tls;          // UCX_TLS for this context; empty keeps the environment's
+  std::string tls;          // UCX_TLS for this context; empty: the environment's (either without SysV)
   std::string net_devices;  // UCX_NET_DEVICES; empty keeps the environment's
   // How long a silent peer in peer-failure mode may go unnoticed: the tcp transport's socket
   // keepalive (UCX_TCP_KEEPIDLE/KEEPINTVL/KEEPCNT), else UCX_KEEPALIVE_INTERVAL; zero keeps UCX's
   // defaults and the environment's.
   std::chrono::milliseconds keepalive{0};
 };
+
+// `list` (a UCX_TLS value; empty means UCX's default, all) without SysV shared memory: the
+// aliases shm, sm and mm become the transports they stand for that `available` has, minus sysv.
+// InvalidConfigError when nothing is left.
+std::string without_sysv(const std::string& list, const std::vector<std::string>& available);
 
 class UcxContext {
  public:
