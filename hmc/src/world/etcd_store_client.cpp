@@ -31,6 +31,43 @@ namespace {
 
 constexpr std::size_t kMaxResponse = std::size_t{64} << 20;  // a range reply carries one value (<= 16 MiB) in base64
 
+// etcd's replies to our single-key requests are a few dozen JSON elements around one base64
+// value. Parsing costs ~50 bytes per element, so a reply of millions of tiny elements (30 M in
+// 64 MiB took 1.5 GiB) is refused by counting them before any is built.
+constexpr std::size_t kMaxReplyElements = 4096;
+constexpr std::size_t kMaxWatchElements = 65536;  // the whole watch stream: events for one key
+
+// Counts JSON elements (commas, colons, brackets outside strings) across the pieces fed to it.
+class JsonElementCount {
+ public:
+  explicit JsonElementCount(std::size_t limit) : limit_(limit) {}
+  // False once the bytes fed so far hold more than the limit.
+  bool feed(std::string_view text) noexcept {
+    for (const char c : text) {
+      if (in_string_) {
+        if (escaped_) {
+          escaped_ = false;
+        } else if (c == '\\') {
+          escaped_ = true;
+        } else if (c == '"') {
+          in_string_ = false;
+        }
+      } else if (c == '"') {
+        in_string_ = true;
+      } else if (c == ',' || c == ':' || c == '[' || c == '{') {
+        ++count_;
+      }
+    }
+    return count_ <= limit_;
+  }
+
+ private:
+  std::size_t limit_;
+  std::size_t count_ = 0;
+  bool in_string_ = false;
+  bool escaped_ = false;
+};
+
 milliseconds left_until(time_point deadline) {
   const auto now = runtime::steady_clock::now();
   return deadline <= now ? milliseconds(0) : std::chrono::duration_cast<milliseconds>(deadline - now);
@@ -76,6 +113,7 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
   struct Response {
     std::string error;  // empty: body holds the JSON object
     json::object body;
+    bool refused = false;  // a whole reply came, but not JSON we accept: asking again cannot help
   };
 
   Impl(runtime::loop_executor e, std::string u, std::vector<std::pair<std::string, std::uint16_t>> eps,
@@ -162,6 +200,8 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   static std::string parse_object(std::string_view text, json::object& out) {
+    if (!JsonElementCount(kMaxReplyElements).feed(text))
+      return "etcd's reply holds more than " + std::to_string(kMaxReplyElements) + " JSON elements (refused unparsed)";
     json::parse_options po;
     po.max_depth = 32;
     runtime::error_code ec;
@@ -183,7 +223,7 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
     // A pooled connection the server has since closed fails at once: then one fresh attempt.
     const bool pooled = !idle.empty();
     out = co_await exchange_once(path, body, deadline, true);
-    if (!out.error.empty() && pooled && !closed && left_until(deadline).count() > 0)
+    if (!out.error.empty() && !out.refused && pooled && !closed && left_until(deadline).count() > 0)
       out = co_await exchange_once(path, body, deadline, false);
     if (!out.error.empty()) current = (current + 1) % endpoints.size();  // next call tries another member
     co_return out;
@@ -219,7 +259,10 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
         r.error = where() + ": HTTP " + std::to_string(res.result_int()) + ": " + res.body().substr(0, 200);
         co_return r;
       }
-      if (auto bad = parse_object(res.body(), r.body); !bad.empty()) r.error = bad;
+      if (auto bad = parse_object(res.body(), r.body); !bad.empty()) {
+        r.error = where() + ": " + bad;
+        r.refused = true;
+      }
       if (r.error.empty() && res.keep_alive() && buf.size() == 0 && idle.size() < 4 && !closed) idle.push_back(s);
       co_return r;
     };
@@ -323,6 +366,7 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
       json::parse_options po;
       po.max_depth = 32;
       json::stream_parser jp({}, po);
+      JsonElementCount elements(kMaxWatchElements);
       std::size_t total = 0;
       char chunk[16384];
       while (!parser.is_done()) {
@@ -334,6 +378,8 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
         const std::size_t n = sizeof chunk - parser.get().body().size;
         total += n;
         if (total > kMaxResponse) co_return std::pair{Status::PROTOCOL_ERROR, where() + ": watch stream too long"};
+        if (!elements.feed(std::string_view(chunk, n)))
+          co_return std::pair{Status::PROTOCOL_ERROR, where() + ": watch stream holds too many JSON elements"};
         std::size_t at = 0;
         while (at < n) {
           runtime::error_code jec;
@@ -525,6 +571,7 @@ asio::awaitable<std::exception_ptr> EtcdStoreClient::connect(milliseconds timeou
       asio::co_spawn(impl->ex, impl->keep_alive(), asio::detached);
       co_return nullptr;
     }
+    if (r.refused) co_return store_error(Status::PROTOCOL_ERROR, "store " + impl->url + ": " + r.error);
     if (left_until(deadline).count() == 0)
       co_return store_error(Status::NOT_CONNECTED, "store " + impl->url + " unreachable for " +
                                                        std::to_string(timeout.count()) + " ms (last: " + r.error + ")");
