@@ -32,3 +32,10 @@ class MemoryType(enum.IntEnum):
 class ConnType(enum.IntEnum):
     RDMA = 0
     UCX = 1
+
+
+class CtrlTransport(enum.IntEnum):
+    """The control channel's transport to a peer: a same-host peer moves to the server's Unix
+    socket unless CTRL_TRANSPORT=tcp (Session.transports(peer) reports the one in use)."""
+    TCP = 0
+    UDS = 1
