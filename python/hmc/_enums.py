@@ -35,7 +35,7 @@ class ConnType(enum.IntEnum):
 
 
 class CtrlTransport(enum.IntEnum):
-    """The control channel's transport to a peer: a same-host peer moves to the server's Unix
-    socket unless CTRL_TRANSPORT=tcp (Session.transports(peer) reports the one in use)."""
+    """The control channel's transport to a peer: a same-host peer moves to the Unix socket its
+    server names unless CTRL_TRANSPORT=tcp (uds: the socket or nothing)."""
     TCP = 0
     UDS = 1
