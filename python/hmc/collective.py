@@ -12,7 +12,7 @@ import time
 
 from . import _args, _payload
 from ._enums import ConnType, MemoryType
-from ._errors import InvalidArgumentError, NotConnectedError, ProtocolError, TimeoutError
+from ._errors import HMCError, InvalidArgumentError, NotConnectedError, ProtocolError, TimeoutError
 from .aio import AsyncSession
 
 __all__ = ["GroupMember", "Group", "init_group", "alltoall"]
@@ -88,8 +88,9 @@ def init_group(*, session, my_ip, port_ucx, port_rdma, port_ctrl, group_id="defa
     """Collective over torch.distributed's default group: starts this rank's server (rank = the
     torch rank, listening on my_ip: port_ctrl, or ctrl_tcp_port when given) and gathers every
     member's address. The server starts before the gather, so every member serves once this
-    returns (server_barrier asks for that and needs no extra barrier); a rank that never arrives
-    is torch's process-group timeout."""
+    returns (server_barrier asks for that and needs no extra barrier); a rank whose server fails
+    raises its error and the others NotConnectedError naming it; a rank that never arrives is
+    torch's process-group timeout."""
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
@@ -101,13 +102,22 @@ def init_group(*, session, my_ip, port_ucx, port_rdma, port_ctrl, group_id="defa
                      port_rdma=_args.port(port_rdma, "port_rdma"), port_ctrl=_args.port(port_ctrl, "port_ctrl"),
                      mem_type=int(session.buf.mem_type), device_id=int(session.buf.device_id),
                      buffer_size=int(session.buf.size))
+    failure = None
     if start_servers:
-        session.set_local_ip(me.ip)
-        session.init_server(bind_ip=me.ip, ucx_port=me.port_ucx, rdma_port=me.port_rdma,
-                            ctrl_tcp_port=me.port_ctrl if ctrl_tcp_port is None else ctrl_tcp_port,
-                            self_id=rank, ctrl_uds_dir=ctrl_uds_dir)
+        try:
+            session.set_local_ip(me.ip)
+            session.init_server(bind_ip=me.ip, ucx_port=me.port_ucx, rdma_port=me.port_rdma,
+                                ctrl_tcp_port=me.port_ctrl if ctrl_tcp_port is None else ctrl_tcp_port,
+                                self_id=rank, ctrl_uds_dir=ctrl_uds_dir)
+        except HMCError as e:  # still gathered: every rank fails now instead of waiting for this one
+            failure = e
     gathered = [None] * world
-    dist.all_gather_object(gathered, me.to_dict())
+    dist.all_gather_object(gathered, dict(me.to_dict(), error=None if failure is None else f"{failure!r}"))
+    if failure is not None:
+        raise failure
+    for i, d in enumerate(gathered):
+        if isinstance(d, dict) and d.get("error"):
+            raise NotConnectedError(f"init_group: rank {i} could not start its server: {d['error']:.300}")
     return Group(session=session, members=[GroupMember.from_dict(d) for d in gathered], rank=rank,
                  group_id=group_id)
 

@@ -28,8 +28,12 @@ def main():
     options = {"timeout": float(os.environ["HMC_DRIVER_TIMEOUT"])} if "HMC_DRIVER_TIMEOUT" in os.environ else {}
     sess = hmc.create_session(device_id=local_rank, buffer_size=64 * 1024 * 1024, mem_type=hmc.MemoryType.CPU,
                               **options)
-    g = hmc.collective.init_group(session=sess, my_ip=ip, port_ucx=port_ucx, port_rdma=port_rdma,
-                                  port_ctrl=ctrl_tcp_port, group_id="ut")
+    try:
+        g = hmc.collective.init_group(session=sess, my_ip=ip, port_ucx=port_ucx, port_rdma=port_rdma,
+                                      port_ctrl=ctrl_tcp_port, group_id="ut")
+    except hmc.HMCError as e:
+        print(f"[rank {rank}] typed error {type(e).__name__}: {e}", flush=True)
+        os._exit(3)
 
     dist.barrier()
     if rank == 0:

@@ -81,9 +81,13 @@ def run_pair(server_cmd, client_cmd, ctrl_port, cwd=None):
     return server.returncode, server_out, client.returncode, client.stdout + client.stderr
 
 
-def run_ranks(script, world=4, cwd=None, **extra):
+def rank_ports(world):
+    return free_ports(*range(world), *range(1000, 1000 + world), *range(2000, 2000 + world), 3000)
+
+
+def run_ranks(script, world=4, cwd=None, base=None, **extra):
     """world processes with torchrun's variables; (returncode, output) per rank."""
-    base = free_ports(*range(world), *range(1000, 1000 + world), *range(2000, 2000 + world), 3000)
+    base = rank_ports(world) if base is None else base
     procs = [subprocess.Popen([PYTHON, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               cwd=cwd, env=env(MASTER_ADDR="127.0.0.1", MASTER_PORT=base + 3000, WORLD_SIZE=world,
                                                RANK=r, LOCAL_RANK=r, HMC_IP="127.0.0.1", HMC_BASE_PORT=base,
@@ -167,13 +171,23 @@ def test_collective_app_calls_four_ranks_direct_and_ring():
 
 @pytest.mark.parametrize("how", ["exit", "idle"])
 def test_collective_missing_rank_is_a_typed_error(how):
-    """Rank 3 exits (its peers see it lost) or idles elsewhere (their deadline passes)."""
-    results = run_ranks(HERE / "ref_collective_app.py", ALGO="direct", HMC_DRIVER_MISSING_RANK=3,
-                        HMC_DRIVER_MISSING_HOW=how, HMC_DRIVER_TIMEOUT=3)
-    assert "missing from alltoall" in results[3][1]
+    """Rank 2 of 3 exits (its peers see it lost) or idles elsewhere (their deadline passes)."""
+    results = run_ranks(HERE / "ref_collective_app.py", world=3, ALGO="direct", HMC_DRIVER_MISSING_RANK=2,
+                        HMC_DRIVER_MISSING_HOW=how, HMC_DRIVER_TIMEOUT=2)
+    assert "missing from alltoall" in results[2][1]
     errors = "PeerLostError|NotConnectedError" if how == "exit" else "TimeoutError"
-    for rank, (rc, out) in enumerate(results[:3]):
+    for rank, (rc, out) in enumerate(results[:2]):
         assert rc == 3 and re.search(rf"typed error ({errors})", out), f"rank {rank}:\n{out}"
+
+
+def test_collective_rank_whose_server_cannot_start_fails_every_rank():
+    """Rank 1's control port is taken: it raises, and rank 0 learns it from the gather."""
+    base = rank_ports(2)
+    with socket.create_server(("127.0.0.1", base + 2001)):
+        results = run_ranks(HERE / "ref_collective_app.py", world=2, base=base)
+    assert results[1][0] == 3 and "typed error InvalidConfigError" in results[1][1], results[1][1]
+    assert results[0][0] == 3 and "typed error NotConnectedError: init_group: rank 1 could not" in results[0][1], \
+        results[0][1]
 
 
 @needs_apps
