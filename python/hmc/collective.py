@@ -127,9 +127,9 @@ def alltoall(group, send, recv, *, algo="auto", conn="auto", send_bias=0, recv_b
     """recv's block i (of world equal blocks) becomes rank i's send block for this rank. Both are
     staged in the session buffer: send at send_bias, recv at recv_bias (default right after send).
     algo "direct" puts each block straight to its rank (full mesh); "ring" connects neighbours only
-    and forwards blocks to the right, through two staging areas after recv; "auto": direct up to 8
-    ranks. conn "auto" picks per pair from the memory types (CPU: UCX); puts go in chunk_bytes
-    pieces. do_self_copy=False leaves this rank's own block of recv as the buffer held it.
+    and forwards blocks to the right, through two staging areas after send and recv; "auto":
+    direct up to 8 ranks. conn "auto" picks per pair from the memory types (CPU: UCX); puts go in
+    chunk_bytes pieces. do_self_copy=False leaves this rank's own block of recv as the buffer held it.
     timeout: seconds for the whole call (None: the session's timeout)."""
     sess = group.session
     _blocking(sess, "alltoall")
@@ -148,18 +148,22 @@ def alltoall(group, send, recv, *, algo="auto", conn="auto", send_bias=0, recv_b
         algo = "direct" if w <= 8 else "ring"
     if algo not in ("direct", "ring"):
         raise InvalidArgumentError(f"algo must be 'auto', 'direct' or 'ring', not {algo!r}")
-    need = recv_bias + total + (2 * (w - 1) * per if algo == "ring" else 0)
+    staging = max(send_bias, recv_bias) + total  # ring: two areas of w - 1 blocks after send and recv
+    need = staging + (2 * (w - 1) * per if algo == "ring" else 0)
     if need > sess.buf.size:
         raise InvalidArgumentError(f"alltoall needs {need} bytes of the session buffer, it has {sess.buf.size} "
                                    "(create_session(buffer_size=...))")
-    if send_bias < recv_bias < send_bias + total or recv_bias < send_bias < recv_bias + total:
+    if total and send_bias < recv_bias + total and recv_bias < send_bias + total:
         raise InvalidArgumentError("the send and recv areas of the session buffer overlap")
     wait = _Deadline(sess.timeout if timeout is None else _args.timeout(timeout))
     group._calls += 1
     sess.buf.put(send, send_bias, nbytes=total)
     if w > 1:
         run = _Exchange(group, conn, chunk, wait)
-        (run.direct if algo == "direct" else run.ring)(send_bias, recv_bias, per)
+        if algo == "direct":
+            run.direct(send_bias, recv_bias, per)
+        else:
+            run.ring(send_bias, recv_bias, per, staging)
     if do_self_copy and per:
         sess.buf.copy_within(recv_bias + r * per, send_bias + r * per, per)
     sess.buf.get_into(recv, total, recv_bias)
@@ -258,13 +262,13 @@ class _Exchange:
         for s in range(1, w):
             self.expect((r - s) % w, self.DONE)
 
-    def ring(self, send_base, recv_base, per):
+    def ring(self, send_base, recv_base, per, staging):
         """Step s: forward to the right the w - s blocks that left rank r - s; keep the first (ours)."""
         w, r = self.g.world, self.g.rank
         left, right = (r - 1) % w, (r + 1) % w
         self.link({left, right})
         slot_size = (w - 1) * per
-        slots = (recv_base + w * per, recv_base + w * per + slot_size)
+        slots = (staging, staging + slot_size)
         self.send(left, self.READY)  # covers steps 1 and 2; CREDIT s covers step s >= 3
         for s in range(1, w):
             if s == 1:

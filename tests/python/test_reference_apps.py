@@ -138,7 +138,8 @@ def test_alltoall_of_one_rank_and_its_argument_errors():
         hmc.alltoall(g, bytes(range(256)) * 16, out, algo="ring")
         assert out == bytes(range(256)) * 16
         for send, recv, kw in ((b"ab", bytearray(3), {}), (b"a" * 40000, bytearray(40000), {}),
-                               (b"ab", bytearray(2), {"algo": "tree"}), (b"ab", bytearray(2), {"chunk_bytes": 0})):
+                               (b"ab", bytearray(2), {"algo": "tree"}), (b"ab", bytearray(2), {"chunk_bytes": 0}),
+                               (b"ab", bytearray(2), {"recv_bias": 0}), (b"ab", bytearray(2), {"send_bias": 1, "recv_bias": 2})):
             with pytest.raises(hmc.InvalidArgumentError):
                 hmc.alltoall(g, send, recv, **kw)
         with pytest.raises(hmc.InvalidArgumentError):
