@@ -640,6 +640,15 @@ void Session::close_server() {
   });
 }
 
+void Session::set_local_ip(const std::string& ip) {
+  if (ip.empty() || ip == "0.0.0.0")
+    throw InvalidArgumentError("set_local_ip: '" + ip + "' is not an address peers can reach");
+  loop_->call([&] {
+    if (impl_->closed) throw ClosedError("set_local_ip on a closed session");
+    impl_->opts.local_ip = ip;
+  });
+}
+
 std::uint32_t Session::rank() const {
   return loop_->call([&] {
     if (!impl_->ctrl || impl_->ctrl->rank() == CtrlChannel::any_rank)

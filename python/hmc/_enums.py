@@ -32,3 +32,10 @@ class MemoryType(enum.IntEnum):
 class ConnType(enum.IntEnum):
     RDMA = 0
     UCX = 1
+
+
+class CtrlTransport(enum.IntEnum):
+    """The control channel's transport to a peer: a same-host peer moves to the Unix socket its
+    server names unless CTRL_TRANSPORT=tcp (uds: the socket or nothing)."""
+    TCP = 0
+    UDS = 1

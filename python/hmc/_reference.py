@@ -4,6 +4,7 @@ follow the reference; its default conn was RDMA, ours is UCX (this build has no 
 """
 import ctypes
 import struct
+import typing
 
 from . import _args, _payload
 from ._enums import ConnType, MemoryType, Status
@@ -45,6 +46,16 @@ class ReferenceBuffer:
 
 class ReferenceSession:
     """Session names of the reference package and of the SDK guide."""
+
+    def set_local_ip(self, ip):
+        """The address peers know this session by (create_session's local_ip), for a later
+        init_server on 0.0.0.0 or the first connect; an address already advertised stays."""
+        return self._call(self._core.set_local_ip, _args.ip(ip, "ip"))
+
+    def set_ctrl_uds_dir(self, d):
+        """The directory of this session's control Unix socket when init_server(bind_ip, ...) is not
+        given ctrl_uds_dir (a directory not private to this user gets an hmc-<uid> subdirectory)."""
+        self._ctrl_uds_dir = _args.text(d, "d") or None
 
     def check_conn(self, ip, port=None, conn=ConnType.UCX):
         """Whether a peer is connected at ip (and port) over `conn` (the session's one transport)."""
@@ -216,6 +227,7 @@ class _Stream:
 # Module-level names of the reference package.
 status_t = Status
 HMCStatusError = HMCError
+DeviceHint = typing.Optional[typing.Literal["cpu", "cuda", "ptr"]]  # IOBuffer.put / get_into's device
 
 
 def memory_supported(mem_type, device_id=0):

@@ -164,6 +164,7 @@ class Session(ReferenceSession):
                               auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca),
                           num_chs=self.num_chs)
         self.buf = IOBuffer(self._core)
+        self._ctrl_uds_dir = None  # set_ctrl_uds_dir: init_server's default ctrl_uds_dir
         self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)
         self._issued_lock = threading.Lock()
 
@@ -199,6 +200,8 @@ class Session(ReferenceSession):
         return self._by_form("init_server", (self._init_server_readme, self._init_server_sdk), args, kwargs)
 
     def _init_server_readme(self, bind_ip, ucx_port, rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir=None):
+        if ctrl_uds_dir is None:
+            ctrl_uds_dir = self._ctrl_uds_dir
         return self._call(self._core.init_server, _args.ip(bind_ip, "bind_ip"), _args.port(ucx_port, "ucx_port"),
                           _args.port(rdma_port, "rdma_port"), _args.port(ctrl_tcp_port, "ctrl_tcp_port"),
                           _args.rank(self_id, "self_id"), _args.text(ctrl_uds_dir, "ctrl_uds_dir"))
@@ -208,11 +211,15 @@ class Session(ReferenceSession):
 
     def connect(self, *args, **kwargs):
         """Two forms, each returning the server's rank once data can flow both ways:
-        connect(peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX) (README)
-        and connect(ip, port, conn=ConnType.UCX) (SDK guide: the server assigns this session's rank)."""
+        connect(peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX, *, uds_dir=None)
+        (README) and connect(ip, port, conn=ConnType.UCX) (SDK guide: the server assigns this session's
+        rank). uds_dir, where the reference's client looked for a same-host server's Unix socket, is
+        checked and not needed: our server names its socket in the handshake (CTRL_TRANSPORT picks)."""
         return self._by_form("connect", (self._connect_readme, self._connect_sdk), args, kwargs)
 
-    def _connect_readme(self, peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX):
+    def _connect_readme(self, peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX, *,
+                        uds_dir=None):
+        _args.text(uds_dir, "uds_dir")
         return self._call(self._core.connect, _args.rank(peer_id, "peer_id"), _args.rank(self_id, "self_id"),
                           _args.ip(peer_ip, "peer_ip"), _args.port(data_port, "data_port"),
                           _args.port(ctrl_tcp_port, "ctrl_tcp_port"), int(_args.conn(conn)))

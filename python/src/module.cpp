@@ -839,6 +839,7 @@ PYBIND11_MODULE(_hmc, m) {
                  [&](Session& s) { return s.connect(ip, port, static_cast<hmc::ConnType>(conn)); });
            })
       .def("close_server", [](Core& c) { c.blocking([](Session& s) { s.close_server(); }); })
+      .def("set_local_ip", [](Core& c, const std::string& ip) { c.blocking([&](Session& s) { s.set_local_ip(ip); }); })
       .def("wait_peer",
            [](Core& c, std::uint32_t rank, Seconds timeout) {
              c.blocking([&](Session& s) { s.wait_peer(rank, to_ms(timeout, s.options().timeout, "timeout")); });

@@ -118,6 +118,18 @@ TEST_F(SessionSdkTest, TheReadmeFormAcceptsAFullSocketPathAndExplicitRanks) {
   put_and_tag(client, server, 8);
 }
 
+TEST_F(SessionSdkTest, SetLocalIpIsTheAddressTheServerKnowsItsClientBy) {
+  Session server(options());
+  server.init_server("127.0.0.1", 2025, 0, 0, 0);
+  Session client(options());
+  EXPECT_THROW(client.set_local_ip("0.0.0.0"), InvalidArgumentError);
+  client.set_local_ip("127.0.0.7");
+  EXPECT_EQ(client.connect(0, 1, "127.0.0.1", 2025, server.ctrl_port()), 0u);
+  server.wait_peer(1, 10s);
+  EXPECT_EQ(server.resolve_peer("127.0.0.7", std::nullopt), 1u);
+  EXPECT_THROW(server.resolve_peer("127.0.0.1", std::nullopt), NotConnectedError);
+}
+
 TEST_F(SessionSdkTest, AWrongKeyIsAnAuthenticationError) {
   Session server(options("right"));
   server.init_server("127.0.0.1", 0);

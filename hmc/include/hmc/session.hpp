@@ -112,6 +112,9 @@ class Session {
   void init_server(const std::string& ip, std::uint16_t ctrl_port, ConnType conn = ConnType::UCX);
   // Stops accepting new peers; connected peers keep working both ways (close() ends everything).
   void close_server();
+  // SessionOptions::local_ip after construction (reference name): the address a later init_server on
+  // 0.0.0.0, or the first connect, advertises to peers; an address already advertised stays.
+  void set_local_ip(const std::string& ip);
 
   // Client role: control connection + data connection both ways; returns the peer's rank (= peer_id).
   // conn RDMA picks the verbs transport for a session with no peer yet (InvalidArgumentError on a
