@@ -261,8 +261,9 @@ TEST_F(HostileTest, HugeLengthClaimsFromKeyHolders) {
 }
 
 TEST_F(HostileTest, Slowloris) {
-  // A valid HELLO, one byte per second: the handshake deadline (2 s here) closes every one.
-  constexpr int kConns = 20;
+  // A valid HELLO, one byte per second: the handshake deadline (2 s here) closes every one. As many
+  // as one source may hold in their handshake (max_handshakes_per_source): more would evict these.
+  constexpr int kConns = 16;
   detail::HelloMsg h;
   h.rank = 60;
   h.nonce = detail::random_nonce();
@@ -356,7 +357,7 @@ TEST_F(HostileTest, OversizedMessages) {
   keyless.send(header(FrameType::hello, 1u << 20));
   keyless.send(std::vector<std::byte>(1u << 20));
   EXPECT_TRUE(closed_by_server(keyless, 5s));
-  EXPECT_GE(logged("exceeds the maximum"), 2);
+  EXPECT_GE(logged_or_summarized("exceeds the maximum", 2), 2);
   report("oversized frames", 2, "16 MiB + 1 after auth and a 1 MiB HELLO: both closed");
 }
 
