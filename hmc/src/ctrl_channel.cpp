@@ -641,7 +641,8 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     ConnectResult c = co_await dial(host, port, attempt);
     // A server that refused for load is asked again until the deadline: its handshakes finish, fail
     // or are evicted for newer ones. Backoff 20 ms doubling to 500 ms.
-    for (auto backoff = std::chrono::milliseconds(20); c.busy && !closed && clock::now() + backoff < attempt.deadline.when();
+    for (auto backoff = std::chrono::milliseconds(20);
+         c.busy && !closed && clock::now() + backoff < attempt.deadline.when();
          backoff = std::min(backoff * 2, std::chrono::milliseconds(500))) {
       for (auto& conn : attempt.conns) conn->close(c.ec, c.why);
       attempt.conns.clear();

@@ -250,6 +250,38 @@ TEST_F(CtrlAuthTest, AFullHandshakeTableEvictsTheOldestAndAKeyHolderGetsIn) {
   EXPECT_EQ(capped.async_recv(1, 5s, asio::use_future).get().tag(), 1u);
 }
 
+TEST_F(CtrlAuthTest, ConnectionsThatSentNothingWholeAreEvictedBeforeOneThatSentAHello) {
+  CtrlOptions o = keyed("right key", dir);
+  o.max_handshakes = 4;
+  o.hello_timeout = 5s;
+  CtrlChannel capped(loop, 0, o);
+  const auto p = capped.listen("127.0.0.1", 0);
+  RawSocket spoke = RawSocket::tcp(p);
+  detail::HelloMsg h;
+  h.rank = 9;
+  h.nonce = detail::random_nonce();
+  ASSERT_TRUE(spoke.send(detail::encode_frame(detail::FrameType::hello, detail::encode_hello(h))));
+  detail::Frame challenge;
+  ASSERT_TRUE(spoke.read_frame(challenge));  // the server has read the HELLO
+  ASSERT_EQ(challenge.header.type, detail::FrameType::challenge);
+  std::vector<RawSocket> idle;
+  for (int i = 0; i < 10; ++i) {
+    idle.push_back(RawSocket::tcp(p));
+    ASSERT_TRUE(idle.back().send("\x01", 1));  // not a whole frame
+  }
+  CtrlChannel key_holder(loop, 1, o);
+  key_holder.async_connect("127.0.0.1", p, 5s, asio::use_future).get();
+  EXPECT_TRUE(untouched(spoke)) << "a connection that sent a HELLO was evicted before idle ones";
+  for (std::size_t i = 0; i < idle.size(); ++i) {
+    if (i >= 8) {  // the two newest idle ones, with the HELLO and the key holder, filled the table
+      EXPECT_TRUE(untouched(idle[i])) << "idle connection " << i;
+      continue;
+    }
+    std::vector<std::byte> got;
+    EXPECT_TRUE(idle[i].read_until_closed(got)) << "idle connection " << i;
+  }
+}
+
 TEST_F(CtrlAuthTest, AuthenticatedPeersAreNeverEvictedAndABusyClientRetriesUntilItsTimeout) {
   CtrlOptions o = keyed("right key", dir);
   o.max_handshakes = 4;

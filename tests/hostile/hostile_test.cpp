@@ -412,7 +412,8 @@ TEST_P(HostileFlood, AKeyHolderGetsInWhileConnectionsThatNeverAuthenticateFloodT
   std::printf("HOSTILE flood from %d source(s): %d connections (%d garbage, %d held, %d more while the key holder "
               "connected); key holder connected in %lld ms and verified; server RSS %ld -> %ld -> %ld KiB "
               "(before, flooded, key holder served); %ld server log lines\n",
-              n_sources, opened, test::Flood::kGarbage, test::Flood::kHeld, opened - test::Flood::kGarbage - test::Flood::kHeld,
+              n_sources, opened, test::Flood::kGarbage, test::Flood::kHeld,
+              opened - test::Flood::kGarbage - test::Flood::kHeld,
               static_cast<long long>(connect_ms), rss_before, rss_flooded, rss_during, lines);
   EXPECT_LT(lines, 100) << "one log line per flooding connection";
   report("flood from " + std::to_string(n_sources) + " source(s)", opened,

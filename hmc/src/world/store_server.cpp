@@ -49,7 +49,8 @@ bool frame_waiting(int fd) {
   const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
   if (n < static_cast<ssize_t>(wire::kHeaderSize)) return false;
   wire::Header h;
-  return wire::decode_header(std::span<const std::byte>(buf.data(), wire::kHeaderSize), kMaxHandshakeFrame, h).empty() &&
+  const std::span<const std::byte> header(buf.data(), wire::kHeaderSize);
+  return wire::decode_header(header, kMaxHandshakeFrame, h).empty() &&
          static_cast<std::size_t>(n) >= wire::kHeaderSize + h.length;
 }
 
@@ -117,7 +118,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     const auto n = [](std::size_t v) { return std::to_string(v); };
     const std::string why =
         handshaking.count(source) >= opts.max_handshakes_per_source
-            ? "too many handshakes from " + source + " (max_handshakes_per_source " + n(opts.max_handshakes_per_source) + ")"
+            ? "too many handshakes from " + source + " (max_handshakes_per_source " +
+                  n(opts.max_handshakes_per_source) + ")"
         : full ? "too many connections (max_connections " + n(opts.max_connections) + ")"
                : "too many handshakes at once (max_handshakes " + n(opts.max_handshakes) + ")";
     handshaking.remove(victim);  // its serve() then ends without a line of its own
@@ -132,9 +134,10 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     auto hs = co_await (handshake(conn) || deadline.async_wait(asio::use_awaitable));
     std::string why = hs.index() == 1 ? "no handshake within " + std::to_string(opts.handshake_timeout.count()) + " ms"
                                       : std::get<0>(hs);
-    if (!handshaking.remove(conn) || closed) co_return drop(conn);  // evicted, or the server closed
     if (!why.empty()) {
-      handshake_log->warn("store: closing connection from " + conn->remote + ": " + why);
+      // Out of the table already: evicted (or the server closed), nothing to say.
+      if (handshaking.remove(conn) && !closed)
+        handshake_log->warn("store: closing connection from " + conn->remote + ": " + why);
       co_return drop(conn);
     }
     while (why.empty() && !closed) {
@@ -193,6 +196,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
         co_return reason;
       }
     }
+    // Authenticated: out of the table before the WELCOME, so that no newcomer can evict it now.
+    if (!handshaking.remove(conn)) co_return std::string("evicted");
     conn->stream->write(wire::encode_frame(wire::FrameType::welcome, 0, {}));
     co_return std::string{};
   }
