@@ -1,15 +1,19 @@
 #pragma once
 // A flood of connections that never authenticate, against a server on 127.0.0.1:port: 500 of
-// garbage, then 200 held open with one byte sent on each, and from then on (until stop()) a new
-// one-byte connection replacing the oldest held one, as fast as one thread can. The connections
-// come from `sources` in turn (loopback addresses: 127.0.0.2 is another source to the server).
+// garbage, then 200 held open with one byte sent on each, and from then on (until stop()) either
+// each one the server closes is opened again (reopen) or a new one-byte connection replaces the
+// oldest held one as fast as one thread can (churn). The connections come from `sources` in turn
+// (loopback addresses: 127.0.0.2 is another source to the server).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,8 +24,10 @@ namespace hmc::test {
 class Flood {
  public:
   static constexpr int kGarbage = 500, kHeld = 200;
+  enum class Mode { reopen, churn };
 
-  Flood(std::uint16_t port, std::vector<std::string> sources) : port_(port), sources_(std::move(sources)) {
+  Flood(std::uint16_t port, std::vector<std::string> sources, Mode mode)
+      : port_(port), sources_(std::move(sources)) {
     std::mt19937 rng(3);
     std::vector<char> junk(256);
     for (int i = 0; i < kGarbage; ++i) {
@@ -33,8 +39,12 @@ class Flood {
       }
     }
     for (int i = 0; i < kHeld; ++i) held_.push_back(open_one_byte());
-    thread_ = std::thread([this] {
+    thread_ = std::thread([this, mode] {
       while (!stop_) {
+        if (mode == Mode::reopen) {
+          reopen_closed();
+          continue;
+        }
         held_.push_back(open_one_byte());
         close_fd(held_.front());
         held_.pop_front();
@@ -75,6 +85,20 @@ class Flood {
     }
     return fd;
   }
+  // Opens again each held connection the server closed (or failed to open), within 10 ms.
+  void reopen_closed() {
+    std::vector<pollfd> fds;
+    for (int fd : held_) fds.push_back(pollfd{fd, POLLIN, 0});
+    const bool all_open = std::find(held_.begin(), held_.end(), -1) == held_.end();
+    if (::poll(fds.data(), fds.size(), 10) <= 0 && all_open) return;
+    char buf[512];
+    for (std::size_t i = 0; i < held_.size(); ++i) {
+      if (held_[i] >= 0 && fds[i].revents == 0) continue;
+      if (held_[i] >= 0 && ::recv(held_[i], buf, sizeof buf, MSG_DONTWAIT) > 0) continue;  // a REJECT: EOF follows
+      close_fd(held_[i]);
+      held_[i] = open_one_byte();
+    }
+  }
   int open_one_byte() {
     const int fd = open();
     if (fd >= 0) {
@@ -93,5 +117,7 @@ class Flood {
   std::atomic<int> opened_{0};
   std::thread thread_;
 };
+
+inline void PrintTo(Flood::Mode m, std::ostream* os) { *os << (m == Flood::Mode::reopen ? "reopen" : "churn"); }
 
 }  // namespace hmc::test

@@ -390,15 +390,16 @@ TEST_F(HostileTest, TooManyConnections) {
   report("too many connections", kConns, std::to_string(refused) + " evicted at once, the rest closed by us");
 }
 
-class HostileFlood : public HostileTest, public ::testing::WithParamInterface<int> {};
+class HostileFlood : public HostileTest,
+                     public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {};
 
 // A key holder connects and moves verified data while the flood goes on, from the client's own
 // source (all of it from 127.0.0.1) and from eight others (127.0.0.2 ... 127.0.0.9).
 TEST_P(HostileFlood, AKeyHolderGetsInWhileConnectionsThatNeverAuthenticateFloodTheServer) {
-  const int n_sources = GetParam();
+  const auto [n_sources, mode] = GetParam();
   std::vector<std::string> sources;
   for (int i = 0; i < n_sources; ++i) sources.push_back("127.0.0." + std::to_string(n_sources == 1 ? 1 : 2 + i));
-  test::Flood flood(port, sources);
+  test::Flood flood(port, sources, mode);
   const long rss_flooded = status_kib(server->pid(), "VmRSS");
   const auto t0 = std::chrono::steady_clock::now();
   Session honest(options());
@@ -409,10 +410,11 @@ TEST_P(HostileFlood, AKeyHolderGetsInWhileConnectionsThatNeverAuthenticateFloodT
   const long rss_during = status_kib(server->pid(), "VmRSS");
   const int opened = flood.stop();
   const long lines = static_cast<long>(log_lines() - log_lines_before);
-  std::printf("HOSTILE flood from %d source(s): %d connections (%d garbage, %d held, %d more while the key holder "
+  std::printf("HOSTILE flood (%s) from %d source(s): %d connections (%d garbage, %d held, %d more while the key holder "
               "connected); key holder connected in %lld ms and verified; server RSS %ld -> %ld -> %ld KiB "
               "(before, flooded, key holder served); %ld server log lines\n",
-              n_sources, opened, test::Flood::kGarbage, test::Flood::kHeld,
+              mode == test::Flood::Mode::reopen ? "reopen" : "churn", n_sources, opened, test::Flood::kGarbage,
+              test::Flood::kHeld,
               opened - test::Flood::kGarbage - test::Flood::kHeld,
               static_cast<long long>(connect_ms), rss_before, rss_flooded, rss_during, lines);
   EXPECT_LT(lines, 100) << "one log line per flooding connection";
@@ -420,8 +422,13 @@ TEST_P(HostileFlood, AKeyHolderGetsInWhileConnectionsThatNeverAuthenticateFloodT
          "key holder in " + std::to_string(connect_ms) + " ms");
 }
 
-INSTANTIATE_TEST_SUITE_P(Sources, HostileFlood, ::testing::Values(1, 8),
-                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param); });
+INSTANTIATE_TEST_SUITE_P(Sources, HostileFlood,
+                         ::testing::Combine(::testing::Values(1, 8),
+                                            ::testing::Values(test::Flood::Mode::reopen, test::Flood::Mode::churn)),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) +
+                                  (std::get<1>(p.param) == test::Flood::Mode::reopen ? "_reopen" : "_churn");
+                         });
 
 TEST_F(HostileTest, PlantedUnixSocket) {
   const std::string planted = "/tmp/hmc-ctrl-" + std::to_string(port) + ".sock";

@@ -300,12 +300,13 @@ long rss_kib() {
   return -1;
 }
 
-class StoreFlood : public StoreTest, public ::testing::WithParamInterface<int> {};
+class StoreFlood : public StoreTest, public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {
+};
 
 // A client with the key connects and sets and gets while the flood goes on, from the client's own
 // source (all of it from 127.0.0.1) and from eight others (127.0.0.2 ... 127.0.0.9).
 TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateFloodTheStore) {
-  const int n_sources = GetParam();
+  const auto [n_sources, mode] = GetParam();
   std::vector<std::string> sources;
   for (int i = 0; i < n_sources; ++i) sources.push_back("127.0.0." + std::to_string(n_sources == 1 ? 1 : 2 + i));
   std::atomic<long> lines{0};
@@ -315,7 +316,7 @@ TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateF
   int opened = 0;
   long long connect_ms = 0;
   {
-    test::Flood flood(port, sources);
+    test::Flood flood(port, sources, mode);
     rss_flooded = rss_kib();
     const auto t0 = std::chrono::steady_clock::now();
     Store honest(url, client_options());
@@ -327,18 +328,24 @@ TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateF
     opened = flood.stop();
   }
   runtime::set_log_hook({});
-  std::printf("store flood from %d source(s): %d connections (%d garbage, %d held, %d more while the client "
+  std::printf("store flood (%s) from %d source(s): %d connections (%d garbage, %d held, %d more while the client "
               "connected); client connected in %lld ms, set + get verified; process RSS %ld -> %ld -> %ld KiB "
               "(before, flooded, client served); %ld log lines\n",
-              n_sources, opened, test::Flood::kGarbage, test::Flood::kHeld,
+              mode == test::Flood::Mode::reopen ? "reopen" : "churn", n_sources, opened, test::Flood::kGarbage,
+              test::Flood::kHeld,
               opened - test::Flood::kGarbage - test::Flood::kHeld, connect_ms, rss_before, rss_flooded, rss_served,
               lines.load());
   EXPECT_LT(lines.load(), 100) << "one log line per flooding connection";
   EXPECT_LT(rss_served - rss_before, 64 * 1024) << "memory grew by more than 64 MiB";
 }
 
-INSTANTIATE_TEST_SUITE_P(Sources, StoreFlood, ::testing::Values(1, 8),
-                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param); });
+INSTANTIATE_TEST_SUITE_P(Sources, StoreFlood,
+                         ::testing::Combine(::testing::Values(1, 8),
+                                            ::testing::Values(test::Flood::Mode::reopen, test::Flood::Mode::churn)),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) +
+                                  (std::get<1>(p.param) == test::Flood::Mode::reopen ? "_reopen" : "_churn");
+                         });
 
 TEST_F(StoreTest, AStoreThatDiesFailsWaitersPromptly) {
   Store s(url, client_options());
