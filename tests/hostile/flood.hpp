@@ -39,6 +39,7 @@ class Flood {
       }
     }
     for (int i = 0; i < kHeld; ++i) held_.push_back(open_one_byte());
+    setup_failures_ = failures_.load();
     thread_ = std::thread([this, mode] {
       while (!stop_) {
         if (mode == Mode::reopen) {
@@ -55,6 +56,9 @@ class Flood {
   Flood(const Flood&) = delete;
   Flood& operator=(const Flood&) = delete;
 
+  // Connections of the first 700 that could not be opened (the flood would be smaller than it says).
+  int setup_failures() const { return setup_failures_; }
+
   // Ends the flood and closes what it holds; returns how many connections it opened in all.
   int stop() {
     stop_ = true;
@@ -68,7 +72,7 @@ class Flood {
   int open() {
     const std::string& source = sources_[static_cast<std::size_t>(opened_++) % sources_.size()];
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
+    if (fd < 0) return ++failures_, -1;
     const int one = 1;  // the port is picked at connect(), per destination: no bind-time exhaustion
     ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     sockaddr_in from{};
@@ -81,6 +85,7 @@ class Flood {
     if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
         ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
       ::close(fd);
+      ++failures_;
       return -1;
     }
     return fd;
@@ -115,6 +120,8 @@ class Flood {
   std::deque<int> held_;
   std::atomic<bool> stop_{false};
   std::atomic<int> opened_{0};
+  std::atomic<int> failures_{0};
+  int setup_failures_ = 0;
   std::thread thread_;
 };
 

@@ -400,6 +400,7 @@ TEST_P(HostileFlood, AKeyHolderGetsInWhileConnectionsThatNeverAuthenticateFloodT
   std::vector<std::string> sources;
   for (int i = 0; i < n_sources; ++i) sources.push_back("127.0.0." + std::to_string(n_sources == 1 ? 1 : 2 + i));
   test::Flood flood(port, sources, mode);
+  ASSERT_EQ(flood.setup_failures(), 0) << "the flood could not open all its connections";
   const long rss_flooded = status_kib(server->pid(), "VmRSS");
   const auto t0 = std::chrono::steady_clock::now();
   Session honest(options());

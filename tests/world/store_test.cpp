@@ -317,6 +317,7 @@ TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateF
   long long connect_ms = 0;
   {
     test::Flood flood(port, sources, mode);
+    ASSERT_EQ(flood.setup_failures(), 0) << "the flood could not open all its connections";
     rss_flooded = rss_kib();
     const auto t0 = std::chrono::steady_clock::now();
     Store honest(url, client_options());
