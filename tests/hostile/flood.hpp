@@ -72,7 +72,10 @@ class Flood {
   int open() {
     const std::string& source = sources_[static_cast<std::size_t>(opened_++) % sources_.size()];
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return ++failures_, -1;
+    if (fd < 0) {
+      ++failures_;
+      return -1;
+    }
     const int one = 1;  // the port is picked at connect(), per destination: no bind-time exhaustion
     ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     sockaddr_in from{};
