@@ -16,7 +16,9 @@
 #include "detail/ctrl_handshake.hpp"
 #include "detail/ctrl_socket.hpp"
 #include "detail/ctrl_tls.hpp"
+#include "detail/handshake_table.hpp"
 #include "detail/local_address.hpp"
+#include "detail/throttled_log.hpp"
 #include "detail/uds_dir.hpp"
 #include "hmc/runtime/async_queue.hpp"
 #include "hmc/runtime/async_ready_set.hpp"
@@ -40,6 +42,18 @@ std::size_t inbox_cost(const CtrlMessage& m) { return m.bytes().size() + kMessag
 
 std::string ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
+// Whether a whole well-formed handshake frame already waits on a fresh socket (peeked, not read).
+bool frame_waiting(int fd) {
+  std::array<std::byte, kFrameHeaderSize + kMaxHandshakeFrame> buf;
+  const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+  if (n < static_cast<ssize_t>(kFrameHeaderSize)) return false;
+  HeaderBytes h;
+  std::copy_n(buf.begin(), h.size(), h.begin());
+  FrameHeader header;
+  return decode_header(h, kMaxHandshakeFrame, header).empty() &&
+         static_cast<std::size_t>(n) >= kFrameHeaderSize + header.length;
+}
+
 // The status a client sees for the server's REJECT code.
 Status status_of_reject(RejectCode code) {
   switch (code) {
@@ -58,12 +72,13 @@ class HandshakeDeadline {
     state_->over = true;  // an expiry already queued must not close a connection that made it
     timer_.cancel();
   }
-  // `log_line`: logged (as an error, before the close the peer sees) when the deadline strikes.
-  void watch(const std::shared_ptr<CtrlConnection>& conn, std::string log_line = {}) {
-    timer_.async_wait([conn, state = state_, log_line = std::move(log_line)](error_code ec) {
+  // `log_line`: logged to `log` (as an error, before the close the peer sees) when the deadline strikes.
+  void watch(const std::shared_ptr<CtrlConnection>& conn, std::shared_ptr<ThrottledLog> log = nullptr,
+             std::string log_line = {}) {
+    timer_.async_wait([conn, state = state_, log = std::move(log), log_line = std::move(log_line)](error_code ec) {
       if (ec || state->over) return;
       state->expired = true;
-      if (!log_line.empty()) log().error("{}", log_line);
+      if (log) log->error(log_line);
       conn->close(make_error_code(Status::TIMEOUT), "handshake deadline");
     });
   }
@@ -116,6 +131,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     std::shared_ptr<CtrlConnection> conn;
     std::uint32_t server_rank = 0;
     std::uint32_t my_rank = 0;
+    bool busy = false;  // the server refused for load (REJECT busy): worth asking again
   };
 
   // The result of a client handshake on one connection.
@@ -123,6 +139,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     error_code ec;
     std::string why;
     WelcomeMsg welcome;
+    bool busy = false;
   };
 
   // Completes an HMC operation: the error code becomes the typed exception here, nowhere else.
@@ -224,7 +241,10 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
       error_code ec;
       co_await acceptor.async_wait(Acceptor::wait_read, asio::redirect_error(asio::use_awaitable, ec));
       if (closed || !acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
-      for (;;) {
+      for (int batch = 1;; ++batch) {
+        // A flood must not keep this loop accepting while the handshakes it started wait to run.
+        if (batch % 16 == 0) co_await asio::post(ex, asio::use_awaitable);
+        if (closed || !acceptor.is_open()) co_return;
         std::string remote;
         socket_type s = accept_one(acceptor, remote, ec);
         if (ec == asio::error::would_block) break;
@@ -260,10 +280,12 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
         return;
       }
     }
+    const bool full = connection_count() >= opts.max_connections;
     std::string why;
-    if (handshaking.size() >= opts.max_handshakes)
-      why = "too many handshakes at once (max_handshakes " + std::to_string(opts.max_handshakes) + ")";
-    else if (connection_count() >= opts.max_connections)
+    if (!handshaking.admits_any())
+      why = "no handshakes admitted (max_handshakes " + std::to_string(opts.max_handshakes) + ", per source " +
+            std::to_string(opts.max_handshakes_per_source) + ")";
+    else if (full && handshaking.size() == 0)  // every connection is an authenticated peer: none is evicted
       why = "too many connections (max_connections " + std::to_string(opts.max_connections) + ")";
     if (!why.empty()) {
       note_refusal(why);
@@ -275,12 +297,33 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
       conn->close(make_error_code(Status::NOT_CONNECTED), why);
       return;
     }
-    handshaking.insert(conn);
+    const std::string source = source_of(remote);
+    if (auto victim = handshaking.victim(source, full)) {
+      const auto n = [](std::size_t v) { return std::to_string(v); };
+      evict(victim, handshaking.count(source) >= opts.max_handshakes_per_source
+                        ? "too many handshakes from " + source + " (max_handshakes_per_source " +
+                              n(opts.max_handshakes_per_source) + ")"
+                    : full ? "too many connections (max_connections " + n(opts.max_connections) + ")"
+                           : "too many handshakes at once (max_handshakes " + n(opts.max_handshakes) + ")");
+    }
+    const bool plain = !tls || transport == "uds";
+    handshaking.add(conn, source, plain, plain && frame_waiting(conn->native_handle()));
     asio::co_spawn(ex, server_handshake(conn), asio::detached);
   }
 
+  // Makes room for a newcomer from `source`: the oldest unauthenticated connection goes, with a
+  // REJECT busy where it can read one, so that a client with the key tries again.
+  void evict(const std::shared_ptr<CtrlConnection>& victim, const std::string& why) {
+    const bool answerable = handshaking.answerable(victim);
+    handshaking.remove(victim);  // its handshake ends at its next step, without a line of its own
+    handshake_log->warn("ctrl handshake from " + victim->remote() + " evicted for a newer connection: " + why);
+    if (!answerable) return victim->close(make_error_code(Status::NOT_CONNECTED), why);
+    victim->send(reject_frame(RejectCode::busy, why),
+                 [victim, why](error_code) { victim->close(make_error_code(Status::NOT_CONNECTED), why); });
+  }
+
   void refuse(const std::shared_ptr<CtrlConnection>& conn, RejectCode code, const std::string& why) {
-    log().error("ctrl handshake from {} ({}) rejected: {}", conn->remote(), transport_name(*conn), why);
+    handshake_log->error("ctrl handshake from " + conn->remote() + " (" + transport_name(*conn) + ") rejected: " + why);
     conn->send(reject_frame(code, code == RejectCode::auth_failed ? "authentication failed" : why), [conn, why](error_code) {
       conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
     });
@@ -289,27 +332,31 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   asio::awaitable<void> server_handshake(std::shared_ptr<CtrlConnection> conn) {
     auto self = shared_from_this();
     HandshakeDeadline deadline(ex, clock::now() + opts.hello_timeout);
-    deadline.watch(conn, "ctrl handshake from " + conn->remote() + " (" + conn->transport() +
-                             ") failed: no complete handshake within " + ms(opts.hello_timeout) + "; closing it");
+    deadline.watch(conn, handshake_log,
+                   "ctrl handshake from " + conn->remote() + " (" + conn->transport() +
+                       ") failed: no complete handshake within " + ms(opts.hello_timeout) + "; closing it");
     auto fail = [&](const std::string& why) {
-      handshaking.erase(conn);
-      if (closed || deadline.expired()) return;  // the deadline logged and closed it
-      log().error("ctrl handshake from {} ({}) failed: {}; closing it", conn->remote(), transport_name(*conn), why);
+      // Out of the table: evicted or the channel closed; expired: the deadline logged and closed it.
+      if (!handshaking.remove(conn) || closed || deadline.expired()) return;
+      handshake_log->error("ctrl handshake from " + conn->remote() + " (" + transport_name(*conn) + ") failed: " + why +
+                           "; closing it");
       conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
     };
     if (tls && conn->transport() == "tcp") {
       const error_code ec = co_await conn->tls_handshake(*tls, asio::ssl::stream_base::server);
       if (ec) co_return fail("TLS handshake: " + ec.message());
+      handshaking.set_answerable(conn);
     }
     ServerHandshake hs(key, opts.authenticate, random_nonce());
     for (;;) {
       error_code ec;
       std::string problem;
       Frame f = co_await conn->read_frame(ec, problem);
-      if (closed) co_return (void)handshaking.erase(conn);
+      if (closed || !handshaking.contains(conn)) co_return;  // closed, or evicted for a newer connection
+      if (!ec && problem.empty()) handshaking.set_spoke(conn);
       if (deadline.expired()) co_return fail("deadline");  // its shutdown() reads as an EOF
       if (!problem.empty()) {
-        handshaking.erase(conn);
+        handshaking.remove(conn);
         co_return refuse(conn, RejectCode::protocol, problem);
       }
       if (ec) co_return fail("closed before the handshake completed: " + ec.message());
@@ -319,12 +366,12 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
         continue;
       }
       if (step.what == HandshakeStep::What::failed) {
-        handshaking.erase(conn);
+        handshaking.remove(conn);
         co_return refuse(conn, step.code, step.why);
       }
       break;
     }
-    handshaking.erase(conn);
+    handshaking.remove(conn);
     if (deadline.expired() || !conn->is_open()) co_return fail("closed during the handshake");
     const HelloMsg& hello = hs.hello();
     if ((hello.flags & kHelloUpgrade) != 0) co_return accept_upgrade(conn, hs);
@@ -421,6 +468,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
                                : step.code == RejectCode::auth_failed ? Status::AUTH_FAILED
                                                                       : Status::PROTOCOL_ERROR);
         r.why = step.why;
+        r.busy = hs.rejected() == RejectCode::busy;
         co_return r;
       }
       r.welcome = hs.welcome();
@@ -507,6 +555,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     if (hs.ec) {
       r.ec = hs.ec;
       r.why = hs.why;
+      r.busy = hs.busy;
       co_return r;
     }
     r.server_rank = hs.welcome.server_rank;
@@ -590,6 +639,18 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     const std::string what = "ctrl connect to " + host + ":" + std::to_string(port);
     Attempt attempt(ex, runtime::deadline_after(timeout));
     ConnectResult c = co_await dial(host, port, attempt);
+    // A server that refused for load is asked again until the deadline: its handshakes finish, fail
+    // or are evicted for newer ones. Backoff 20 ms doubling to 500 ms.
+    for (auto backoff = std::chrono::milliseconds(20);
+         c.busy && !closed && clock::now() + backoff < attempt.deadline.when();
+         backoff = std::min(backoff * 2, std::chrono::milliseconds(500))) {
+      for (auto& conn : attempt.conns) conn->close(c.ec, c.why);
+      attempt.conns.clear();
+      asio::steady_timer pause(ex, backoff);
+      error_code ignored;
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+      c = co_await dial(host, port, attempt);
+    }
     if (attempt.deadline.expired()) {
       c.ec = make_error_code(Status::TIMEOUT);
       c.why = "no answer within " + ms(timeout);
@@ -631,9 +692,11 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     if (closed) return;
     closed = true;
     stop_listening();
-    for (const auto& c : std::set<std::shared_ptr<CtrlConnection>>(handshaking))
-      c->close(make_error_code(Status::CLOSED), "channel closed");
+    std::vector<std::shared_ptr<CtrlConnection>> pending;
+    handshaking.for_each([&](const auto& c) { pending.push_back(c); });
     handshaking.clear();
+    for (const auto& c : pending) c->close(make_error_code(Status::CLOSED), "channel closed");
+    handshake_log->flush();
     for (auto& [rank, p] : std::map<std::uint32_t, Pending>(reserved))
       p.conn->close(make_error_code(Status::CLOSED), "channel closed");
     reserved.clear();
@@ -653,7 +716,8 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   std::unique_ptr<asio::ssl::context> tls;
   std::map<std::uint32_t, std::shared_ptr<Peer>> peers;
   runtime::AsyncReadySet<std::uint32_t> connected;  // ranks with a live connection, for async_wait_peer
-  std::set<std::shared_ptr<CtrlConnection>> handshaking;
+  HandshakeTable<CtrlConnection> handshaking{opts.max_handshakes, opts.max_handshakes_per_source};
+  std::shared_ptr<ThrottledLog> handshake_log = std::make_shared<ThrottledLog>(ex, "ctrl");
   std::map<std::uint32_t, Pending> reserved;
   std::deque<std::uint32_t> losses;  // ranks in the order they were lost, for forget_old_losses
   std::uint32_t next_assign = 1;

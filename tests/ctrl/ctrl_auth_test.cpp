@@ -1,6 +1,7 @@
 // The authenticated handshake over real sockets: wrong keys, replays, squatters, rank assignment,
 // and the bounds a server keeps before anyone has authenticated.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
@@ -209,50 +210,106 @@ TEST_F(CtrlAuthTest, AChannelWithoutARankCannotListen) {
   EXPECT_THROW(c->listen("127.0.0.1", 0), InvalidArgumentError);
 }
 
-TEST_F(CtrlAuthTest, HandshakeAndConnectionCapsRefuseTheSurplusAndRecover) {
+// Whether `s` is still open and the server sent nothing on it (checked without waiting).
+bool untouched(RawSocket& s) {
+  pollfd p{s.fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+TEST_F(CtrlAuthTest, AFullHandshakeTableEvictsTheOldestAndAKeyHolderGetsIn) {
   CtrlOptions o = keyed("right key", dir);
   o.max_handshakes = 4;
-  o.max_connections = 6;
+  o.max_handshakes_per_source = 2;
   o.hello_timeout = 5s;
   CtrlChannel capped(loop, 0, o);
   const auto p = capped.listen("127.0.0.1", 0);
   test::LogCapture logs;
-  std::vector<RawSocket> silent;
-  for (int i = 0; i < 12; ++i) silent.push_back(RawSocket::tcp(p));
-  CtrlChannel blocked(loop, 1, o);
-  try {
-    blocked.async_connect("127.0.0.1", p, 5s, asio::use_future).get();
-    FAIL() << "every handshake slot is taken";
-  } catch (const NotConnectedError& e) {
-    EXPECT_NE(std::string(e.what()).find("too many"), std::string::npos) << e.what();
-  }
-  // The surplus was closed at once with a REJECT saying why; the first four wait for their deadline.
-  int refused = 0;
-  for (std::size_t i = 4; i < silent.size(); ++i) {
-    std::vector<std::byte> got;
-    if (silent[i].read_until_closed(got) && !got.empty()) ++refused;
-  }
-  EXPECT_EQ(refused, 8);
-  EXPECT_TRUE(logs.has_line_containing("max_handshakes 4"));
-  silent.clear();
-  // Authenticated peers count against max_connections.
-  std::vector<std::unique_ptr<CtrlChannel>> peers;
-  for (std::uint32_t r = 1; r <= 6; ++r) {
-    peers.push_back(std::make_unique<CtrlChannel>(loop, r, o));
-    for (int i = 0;; ++i) {  // the closed raw sockets leave the server's table asynchronously
-      try {
-        peers.back()->async_connect("127.0.0.1", p, 5s, asio::use_future).get();
-        break;
-      } catch (const NotConnectedError&) {
-        ASSERT_LT(i, 100);
-        std::this_thread::sleep_for(20ms);
-      }
+  std::vector<RawSocket> silent;  // accepted in this order
+  for (const char* source : {"127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"})
+    silent.push_back(RawSocket::tcp_from(source, p));  // the table is full
+  for (const char* source : {"127.0.0.4", "127.0.0.4"})
+    silent.push_back(RawSocket::tcp_from(source, p));  // each evicts the oldest: both of 127.0.0.2
+  for (int i = 0; i < 3; ++i)
+    silent.push_back(RawSocket::tcp_from("127.0.0.3", p));  // 127.0.0.3 is at its cap: its oldest go
+  for (auto& s : silent) ASSERT_TRUE(s.connected());
+  CtrlChannel key_holder(loop, 1, o);  // evicts the oldest of all, the first of 127.0.0.4
+  key_holder.async_connect("127.0.0.1", p, 5s, asio::use_future).get();
+  const std::vector<bool> evicted{true, true, true, true, true, false, true, false, false};
+  for (std::size_t i = 0; i < silent.size(); ++i) {
+    if (!evicted[i]) {
+      EXPECT_TRUE(untouched(silent[i])) << "connection " << i << " was not the oldest";
+      continue;
     }
+    std::vector<std::byte> got;
+    EXPECT_TRUE(silent[i].read_until_closed(got)) << "connection " << i;
+    EXPECT_FALSE(got.empty()) << "connection " << i << " was closed without a REJECT saying why";
   }
-  CtrlChannel seventh(loop, 7, o);
-  EXPECT_THROW(seventh.async_connect("127.0.0.1", p, 5s, asio::use_future).get(), NotConnectedError);
-  peers[0]->async_send(0, CtrlMessage::from_tag(1), asio::use_future).get();
+  EXPECT_TRUE(logs.has_line_containing("(max_handshakes 4)"));
+  EXPECT_TRUE(logs.has_line_containing("too many handshakes from 127.0.0.3 (max_handshakes_per_source 2)"));
+  key_holder.async_send(0, CtrlMessage::from_tag(1), asio::use_future).get();
   EXPECT_EQ(capped.async_recv(1, 5s, asio::use_future).get().tag(), 1u);
+}
+
+TEST_F(CtrlAuthTest, ConnectionsThatSentNothingWholeAreEvictedBeforeOneThatSentAHello) {
+  CtrlOptions o = keyed("right key", dir);
+  o.max_handshakes = 4;
+  o.hello_timeout = 5s;
+  CtrlChannel capped(loop, 0, o);
+  const auto p = capped.listen("127.0.0.1", 0);
+  RawSocket spoke = RawSocket::tcp(p);
+  detail::HelloMsg h;
+  h.rank = 9;
+  h.nonce = detail::random_nonce();
+  ASSERT_TRUE(spoke.send(detail::encode_frame(detail::FrameType::hello, detail::encode_hello(h))));
+  detail::Frame challenge;
+  ASSERT_TRUE(spoke.read_frame(challenge));  // the server has read the HELLO
+  ASSERT_EQ(challenge.header.type, detail::FrameType::challenge);
+  std::vector<RawSocket> idle;
+  for (int i = 0; i < 10; ++i) {
+    idle.push_back(RawSocket::tcp(p));
+    ASSERT_TRUE(idle.back().send("\x01", 1));  // not a whole frame
+  }
+  CtrlChannel key_holder(loop, 1, o);
+  key_holder.async_connect("127.0.0.1", p, 5s, asio::use_future).get();
+  EXPECT_TRUE(untouched(spoke)) << "a connection that sent a HELLO was evicted before idle ones";
+  for (std::size_t i = 0; i < idle.size(); ++i) {
+    if (i >= 8) {  // the two newest idle ones, with the HELLO and the key holder, filled the table
+      EXPECT_TRUE(untouched(idle[i])) << "idle connection " << i;
+      continue;
+    }
+    std::vector<std::byte> got;
+    EXPECT_TRUE(idle[i].read_until_closed(got)) << "idle connection " << i;
+  }
+}
+
+TEST_F(CtrlAuthTest, AuthenticatedPeersAreNeverEvictedAndABusyClientRetriesUntilItsTimeout) {
+  CtrlOptions o = keyed("right key", dir);
+  o.max_handshakes = 4;
+  o.max_connections = 3;
+  CtrlChannel capped(loop, 0, o);
+  const auto p = capped.listen("127.0.0.1", 0);
+  std::vector<std::unique_ptr<CtrlChannel>> peers;
+  for (std::uint32_t r = 1; r <= 3; ++r) {
+    peers.push_back(std::make_unique<CtrlChannel>(loop, r, o));
+    peers.back()->async_connect("127.0.0.1", p, 5s, asio::use_future).get();
+  }
+  CtrlChannel fourth(loop, 4, o);
+  try {
+    fourth.async_connect("127.0.0.1", p, 300ms, asio::use_future).get();
+    FAIL() << "every connection slot is held by an authenticated peer";
+  } catch (const NotConnectedError& e) {
+    EXPECT_NE(std::string(e.what()).find("too many connections (max_connections 3)"), std::string::npos) << e.what();
+  }
+  // A busy server is asked again until the client's own deadline: a slot that frees up lets it in.
+  auto late = fourth.async_connect("127.0.0.1", p, 10s, asio::use_future);
+  std::this_thread::sleep_for(200ms);
+  peers[2]->close();
+  late.get();
+  for (std::uint32_t r : {1u, 2u, 4u}) {
+    CtrlChannel& c = r == 4 ? fourth : *peers[r - 1];
+    c.async_send(0, CtrlMessage::from_tag(r), asio::use_future).get();
+    EXPECT_EQ(capped.async_recv(r, 5s, asio::use_future).get().tag(), r);
+  }
 }
 
 TEST_F(CtrlAuthTest, AFullInboxStopsReadingAndTheSenderWaitsThenEverythingArrivesInOrder) {

@@ -58,6 +58,20 @@ class RawSocket {
     s.connected_ = ::connect(s.fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     return s;
   }
+  // From `source`, a loopback address such as 127.0.0.2: the server sees another source address.
+  static RawSocket tcp_from(const std::string& source, std::uint16_t port) {
+    RawSocket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+    if (::bind(s.fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) return s;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    s.connected_ = ::connect(s.fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    return s;
+  }
   static RawSocket uds(const std::string& path) {
     RawSocket s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un a{};

@@ -6,14 +6,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "hmc/error.hpp"
 #include "hmc/world/store.hpp"
 #include "hmc/world/store_server.hpp"
 #include "hmc/world/world.hpp"
+#include "hmc/runtime/log.hpp"
 #include "world/store_wire.hpp"
+#include "../hostile/flood.hpp"
 
 namespace hmc {
 namespace {
@@ -287,6 +291,62 @@ TEST_F(StoreTest, ConnectionsOverTheCapAreRefused) {
   a.set("still", "served");
   EXPECT_EQ(b.get("still"), "served");
 }
+
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+class StoreFlood : public StoreTest, public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {
+};
+
+// A client with the key connects and sets and gets while the flood goes on, from the client's own
+// source (all of it from 127.0.0.1) and from eight others (127.0.0.2 ... 127.0.0.9).
+TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateFloodTheStore) {
+  const auto [n_sources, mode] = GetParam();
+  std::vector<std::string> sources;
+  for (int i = 0; i < n_sources; ++i) sources.push_back("127.0.0." + std::to_string(n_sources == 1 ? 1 : 2 + i));
+  std::atomic<long> lines{0};
+  runtime::set_log_hook([&](runtime::LogLevel, std::string_view) { ++lines; });
+  const long rss_before = rss_kib();
+  long rss_flooded = 0, rss_served = 0;
+  int opened = 0;
+  long long connect_ms = 0;
+  {
+    test::Flood flood(port, sources, mode);
+    ASSERT_EQ(flood.setup_failures(), 0) << "the flood could not open all its connections";
+    rss_flooded = rss_kib();
+    const auto t0 = std::chrono::steady_clock::now();
+    Store honest(url, client_options());
+    connect_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    honest.set("flood", "survived");
+    EXPECT_EQ(honest.get("flood", 5s), "survived");
+    rss_served = rss_kib();
+    opened = flood.stop();
+  }
+  runtime::set_log_hook({});
+  std::printf("store flood (%s) from %d source(s): %d connections (%d garbage, %d held, %d more while the client "
+              "connected); client connected in %lld ms, set + get verified; process RSS %ld -> %ld -> %ld KiB "
+              "(before, flooded, client served); %ld log lines\n",
+              mode == test::Flood::Mode::reopen ? "reopen" : "churn", n_sources, opened, test::Flood::kGarbage,
+              test::Flood::kHeld,
+              opened - test::Flood::kGarbage - test::Flood::kHeld, connect_ms, rss_before, rss_flooded, rss_served,
+              lines.load());
+  EXPECT_LT(lines.load(), 100) << "one log line per flooding connection";
+  EXPECT_LT(rss_served - rss_before, 64 * 1024) << "memory grew by more than 64 MiB";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sources, StoreFlood,
+                         ::testing::Combine(::testing::Values(1, 8),
+                                            ::testing::Values(test::Flood::Mode::reopen, test::Flood::Mode::churn)),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) +
+                                  (std::get<1>(p.param) == test::Flood::Mode::reopen ? "_reopen" : "_churn");
+                         });
 
 TEST_F(StoreTest, AStoreThatDiesFailsWaitersPromptly) {
   Store s(url, client_options());

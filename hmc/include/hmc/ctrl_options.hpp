@@ -43,7 +43,10 @@ struct CtrlOptions {
   // A frame that has started arriving and then sees no byte for this long closes the connection.
   std::chrono::milliseconds partial_frame_timeout{10000};
 
-  std::size_t max_handshakes = 64;      // accepted connections still in their handshake
+  // Accepted connections still in their handshake, in all and from one source address. A newcomer
+  // that finds no room evicts the oldest (of its source when that source is at its cap).
+  std::size_t max_handshakes = 64;
+  std::size_t max_handshakes_per_source = 16;
   std::size_t max_connections = 1024;   // accepted connections in all (handshaking + peers)
   std::size_t inbox_budget = 64u << 20; // bytes queued for ctrl_recv per peer before reading pauses
 

@@ -1,11 +1,16 @@
 #include "hmc/world/store_server.hpp"
 
+#include <sys/socket.h>
+
+#include <array>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <charconv>
 #include <limits>
 #include <set>
 #include <unordered_map>
 
+#include "detail/handshake_table.hpp"
+#include "detail/throttled_log.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
 #include "world/call_on.hpp"
@@ -35,6 +40,18 @@ std::string key_list(const std::vector<std::string>& keys) {
   for (std::size_t i = 0; i < keys.size() && i < 4; ++i) out += (i ? ", " : "") + keys[i];
   if (keys.size() > 4) out += ", ... (" + std::to_string(keys.size()) + " keys)";
   return out;
+}
+
+// Whether a whole well-formed handshake frame already waits on a fresh socket (peeked, not read).
+bool frame_waiting(int fd) {
+  constexpr std::uint32_t kMaxHandshakeFrame = 256;
+  std::array<std::byte, wire::kHeaderSize + kMaxHandshakeFrame> buf;
+  const ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT);
+  if (n < static_cast<ssize_t>(wire::kHeaderSize)) return false;
+  wire::Header h;
+  const std::span<const std::byte> header(buf.data(), wire::kHeaderSize);
+  return wire::decode_header(header, kMaxHandshakeFrame, h).empty() &&
+         static_cast<std::size_t>(n) >= wire::kHeaderSize + h.length;
 }
 
 }  // namespace
@@ -73,8 +90,11 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
         co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
-      if (conns.size() >= opts.max_connections) {
-        log().warn("store: refusing a connection, {} are open (max_connections)", conns.size());
+      const bool full = conns.size() >= opts.max_connections;
+      if (!handshaking.admits_any() || (full && handshaking.size() == 0)) {  // authenticated clients are never evicted
+        handshake_log->warn("store: refusing a connection, " + std::to_string(conns.size()) +
+                            " are open (max_connections " + std::to_string(opts.max_connections) + ", max_handshakes " +
+                            std::to_string(opts.max_handshakes) + ")");
         s.close(ec);
         continue;
       }
@@ -84,9 +104,27 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
       conn->remote = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
       // Replies queued for a client that stops reading: a few maximal values, then it is cut off.
       conn->stream = std::make_shared<StoreStream>(std::move(s), 4 * opts.max_value_size + (1u << 20));
+      const std::string source = source_of(conn->remote);
+      if (auto victim = handshaking.victim(source, full)) evict(victim, source, full);
+      handshaking.add(conn, source, false, frame_waiting(conn->stream->socket().native_handle()));
       conns.insert(conn);
       asio::co_spawn(ex, serve(conn), asio::detached);
     }
+  }
+
+  // Makes room for a newcomer from `source`: the oldest connection still in its handshake is
+  // closed (a client tries again until its own timeout).
+  void evict(const std::shared_ptr<Conn>& victim, const std::string& source, bool full) {
+    const auto n = [](std::size_t v) { return std::to_string(v); };
+    const std::string why =
+        handshaking.count(source) >= opts.max_handshakes_per_source
+            ? "too many handshakes from " + source + " (max_handshakes_per_source " +
+                  n(opts.max_handshakes_per_source) + ")"
+        : full ? "too many connections (max_connections " + n(opts.max_connections) + ")"
+               : "too many handshakes at once (max_handshakes " + n(opts.max_handshakes) + ")";
+    handshaking.remove(victim);  // its serve() then ends without a line of its own
+    handshake_log->warn("store: connection from " + victim->remote + " evicted for a newer one: " + why);
+    victim->stream->close();
   }
 
   // -- one connection ------------------------------------------------------------------------------
@@ -96,6 +134,12 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     auto hs = co_await (handshake(conn) || deadline.async_wait(asio::use_awaitable));
     std::string why = hs.index() == 1 ? "no handshake within " + std::to_string(opts.handshake_timeout.count()) + " ms"
                                       : std::get<0>(hs);
+    if (!why.empty()) {
+      // Out of the table already: evicted (or the server closed), nothing to say.
+      if (handshaking.remove(conn) && !closed)
+        handshake_log->warn("store: closing connection from " + conn->remote + ": " + why);
+      co_return drop(conn);
+    }
     while (why.empty() && !closed) {
       wire::Header h;
       std::vector<std::byte> payload;
@@ -126,6 +170,7 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     std::vector<std::byte> p;
     if (auto why = co_await conn->stream->read(256, opts.handshake_timeout, h, p); !why.empty()) co_return why;
     if (h.type != wire::FrameType::hello || p.size() != kStoreHelloSize) co_return "expected a HELLO frame";
+    handshaking.set_spoke(conn);
     Nonce client_nonce;
     std::copy_n(p.begin(), client_nonce.size(), client_nonce.begin());
     const bool wants_auth = p[32] != std::byte{0};
@@ -151,6 +196,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
         co_return reason;
       }
     }
+    // Authenticated: out of the table before the WELCOME, so that no newcomer can evict it now.
+    if (!handshaking.remove(conn)) co_return std::string("evicted");
     conn->stream->write(wire::encode_frame(wire::FrameType::welcome, 0, {}));
     co_return std::string{};
   }
@@ -341,7 +388,9 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     closed = true;
     runtime::error_code ignored;
     if (acceptor) acceptor->close(ignored);
+    handshaking.clear();
     for (const auto& c : std::set<std::shared_ptr<Conn>>(conns)) drop(c);
+    handshake_log->flush();
   }
 
   runtime::loop_executor ex;
@@ -350,6 +399,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
   AuthKey key;
   std::optional<tcp::acceptor> acceptor;
   std::set<std::shared_ptr<Conn>> conns;
+  HandshakeTable<Conn> handshaking{opts.max_handshakes, opts.max_handshakes_per_source};  // not yet authenticated
+  std::shared_ptr<ThrottledLog> handshake_log = std::make_shared<ThrottledLog>(ex, "store");
   std::unordered_map<std::string, std::string> data;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiting;  // by the first key missing
   std::size_t bytes = 0;

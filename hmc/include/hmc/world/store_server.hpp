@@ -23,6 +23,10 @@ struct StoreServerOptions {
   std::string auth_key;                  // empty: $HMC_AUTH_KEY, then the key file
   bool authenticate = true;
   std::size_t max_connections = 4096;    // more are closed at once (a world of 1024 ranks needs 1024)
+  // Connections still in their handshake, in all and from one source address. A newcomer that finds
+  // no room evicts the oldest (of its source when that source is at its cap); the client retries.
+  std::size_t max_handshakes = 64;
+  std::size_t max_handshakes_per_source = 16;
   std::size_t max_keys = std::size_t{1} << 20;
   std::size_t max_bytes = std::size_t{1} << 30;          // keys + values held
   std::size_t max_value_size = std::size_t{16} << 20;
