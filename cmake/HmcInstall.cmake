@@ -1,9 +1,11 @@
-# `cmake --install`: headers, the static libraries, a CMake package (find_package(hmc CONFIG) ->
-# hmc::hmc) and a pkg-config file. The libraries are static, so the package also finds what they
-# link (UCX, libibverbs, liburing, spdlog, Boost headers, OpenSSL, threads) again on the user's side.
+# `cmake --install`: headers, the static libraries, the shared one, a CMake package
+# (find_package(hmc CONFIG) -> hmc::hmc, hmc::hmc_shared) and a pkg-config file (static). The static
+# libraries need what they link (UCX, libibverbs, liburing, spdlog, Boost headers, OpenSSL, threads)
+# again on the user's side, so the package finds those; never a GPU runtime (hmc opens it at run time).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS hmc hmc_runtime hmc_asio EXPORT hmcTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS hmc hmc_runtime hmc_asio hmc_shared EXPORT hmcTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY hmc/include/ runtime/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(HMC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hmc)
@@ -21,12 +23,10 @@ if(HMC_ASIO_BACKEND STREQUAL "io_uring")
   string(APPEND HMC_PC_DEFINES " -DBOOST_ASIO_HAS_IO_URING -DBOOST_ASIO_DISABLE_EPOLL -DHMC_ASIO_IO_URING")
   string(APPEND HMC_PC_REQUIRES " liburing")
 endif()
+# No GPU runtime: hmc opens it with dlopen at run time (hmc/CMakeLists.txt).
 set(HMC_PC_LIBS "")
-if(HMC_HAVE_CUDA)
-  string(APPEND HMC_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -lcudart")
-endif()
-if(HMC_HAVE_HIP)
-  string(APPEND HMC_PC_LIBS " ${HMC_HIP_LIBRARY}")
+if(CMAKE_DL_LIBS)
+  string(APPEND HMC_PC_LIBS " -l${CMAKE_DL_LIBS}")
 endif()
 # Relocatable: the prefix is found from the .pc file's own place (cmake --install --prefix anywhere).
 file(RELATIVE_PATH HMC_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)

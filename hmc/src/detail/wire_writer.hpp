@@ -1,8 +1,8 @@
 #pragma once
 // Appends little-endian fixed-width fields and length-prefixed blobs: the bootstrap messages' encoding.
+#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -12,13 +12,13 @@ namespace hmc::detail {
 
 class WireWriter {
  public:
-  void u16(std::uint16_t v) { store_le16(grow(2), v); }
-  void u32(std::uint32_t v) { store_le32(grow(4), v); }
-  void u64(std::uint64_t v) { store_le64(grow(8), v); }
+  void u16(std::uint16_t v) { append<2>(v, store_le16); }
+  void u32(std::uint32_t v) { append<4>(v, store_le32); }
+  void u64(std::uint64_t v) { append<8>(v, store_le64); }
   // n raw bytes: fixed-size fields (a GID, a one-byte enum).
   void bytes(const void* p, std::size_t n) {
-    std::byte* at = grow(n);
-    if (n != 0) std::memcpy(at, p, n);
+    const auto* b = static_cast<const std::byte*>(p);
+    if (n != 0) out_.insert(out_.end(), b, b + n);
   }
   // A u32 length, then the bytes: what WireReader::blob reads back.
   void blob(const void* p, std::size_t n) {
@@ -28,9 +28,13 @@ class WireWriter {
   std::vector<std::byte> take() { return std::move(out_); }
 
  private:
-  std::byte* grow(std::size_t n) {
-    out_.resize(out_.size() + n);
-    return out_.data() + out_.size() - n;
+  // Encoded on the stack, then appended: GCC 12 at -O3 flags resize() + a write into the new tail
+  // as an overflow (-Wstringop-overflow, a false positive).
+  template <std::size_t N, class T>
+  void append(T v, void (*store)(std::byte*, T)) {
+    std::array<std::byte, N> b;
+    store(b.data(), v);
+    out_.insert(out_.end(), b.begin(), b.end());
   }
   std::vector<std::byte> out_;
 };

@@ -1,23 +1,22 @@
 #include "memory/cuda_memory.hpp"
 
-#include <cuda_runtime_api.h>
-
 #include <string>
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "memory/cuda_api.hpp"
 
 namespace hmc::detail {
 
 namespace {
 
 std::string describe(cudaError_t e) {
-  return std::string(cudaGetErrorString(e)) + " (" + cudaGetErrorName(e) + ")";
+  return std::string(cuda_api().cudaGetErrorString(e)) + " (" + cuda_api().cudaGetErrorName(e) + ")";
 }
 
 void check(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return;
-  static_cast<void>(cudaGetLastError());  // clear the non-sticky error so later calls start clean
+  static_cast<void>(cuda_api().cudaGetLastError());  // clear the non-sticky error so later calls start clean
   throw Error(Status::ERROR, what + ": " + describe(e));
 }
 
@@ -25,12 +24,12 @@ void check(cudaError_t e, const std::string& what) {
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device_id) noexcept : target_(device_id) {
-    status_ = cudaGetDevice(&previous_);
-    if (status_ == cudaSuccess && previous_ != target_) status_ = cudaSetDevice(target_);
+    status_ = cuda_api().cudaGetDevice(&previous_);
+    if (status_ == cudaSuccess && previous_ != target_) status_ = cuda_api().cudaSetDevice(target_);
   }
   ~DeviceGuard() {
     if (status_ == cudaSuccess && previous_ != target_) {
-      const cudaError_t e = cudaSetDevice(previous_);
+      const cudaError_t e = cuda_api().cudaSetDevice(previous_);
       if (e != cudaSuccess)
         runtime::log().warn("could not restore CUDA device {} after a call on device {}: {}", previous_, target_,
                             describe(e));
@@ -54,9 +53,9 @@ void CudaMemory::check_device(int device_id) {
   if (device_id < 0)
     throw InvalidArgumentError("CUDA device id " + std::to_string(device_id) + ": device ids start at 0");
   int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
+  const cudaError_t e = cuda_api().cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
+    static_cast<void>(cuda_api().cudaGetLastError());
     throw Error(Status::ERROR, "no CUDA device: cudaGetDeviceCount returned " + describe(e));
   }
   if (device_id >= count)
@@ -71,7 +70,7 @@ void* CudaMemory::allocate(std::size_t size) {
   DeviceGuard guard(device_id());
   guard.check_entered();
   void* p = nullptr;
-  check(cudaMalloc(&p, size),
+  check(cuda_api().cudaMalloc(&p, size),
         "cudaMalloc of " + std::to_string(size) + " bytes on CUDA device " + std::to_string(device_id()));
   return p;
 }
@@ -80,9 +79,9 @@ void CudaMemory::free(void* ptr, std::size_t size) noexcept {
   if (ptr == nullptr) return;
   DeviceGuard guard(device_id());
   cudaError_t e = guard.status();
-  if (e == cudaSuccess) e = cudaFree(ptr);
+  if (e == cudaSuccess) e = cuda_api().cudaFree(ptr);
   if (e != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
+    static_cast<void>(cuda_api().cudaGetLastError());
     runtime::log().warn("cudaFree of a {}-byte buffer on CUDA device {} failed: {}", size, device_id(), describe(e));
   }
 }
@@ -93,10 +92,10 @@ void CudaMemory::copy(void* dst, const void* src, std::size_t n, int kind, const
   guard.check_entered();
   const std::string what = std::string("cudaMemcpy ") + direction + " of " + std::to_string(n) +
                            " bytes on CUDA device " + std::to_string(device_id());
-  check(cudaMemcpy(dst, src, n, static_cast<cudaMemcpyKind>(kind)), what);
+  check(cuda_api().cudaMemcpy(dst, src, n, static_cast<cudaMemcpyKind>(kind)), what);
   // cudaMemcpy may return before a host-to-device or device-to-device copy lands; a NIC reading the
   // buffer next is outside CUDA's stream order, so wait here.
-  if (kind != cudaMemcpyDeviceToHost) check(cudaStreamSynchronize(nullptr), what + " (synchronize)");
+  if (kind != cudaMemcpyDeviceToHost) check(cuda_api().cudaStreamSynchronize(nullptr), what + " (synchronize)");
 }
 
 void CudaMemory::copy_host_to_device(void* dst, const void* src, std::size_t n) const {

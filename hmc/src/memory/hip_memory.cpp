@@ -1,24 +1,23 @@
 #include "memory/hip_memory.hpp"
 
-#include <hip/hip_runtime_api.h>
-
 #include <string>
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "memory/hip_api.hpp"
 
 namespace hmc::detail {
 
 namespace {
 
 std::string describe(hipError_t e) {
-  const std::string text = hipGetErrorString(e), name = hipGetErrorName(e);
+  const std::string text = hip_api().hipGetErrorString(e), name = hip_api().hipGetErrorName(e);
   return text == name ? name : text + " (" + name + ")";  // HIP often returns the name as the text
 }
 
 void check(hipError_t e, const std::string& what) {
   if (e == hipSuccess) return;
-  static_cast<void>(hipGetLastError());  // clear the non-sticky error so later calls start clean
+  static_cast<void>(hip_api().hipGetLastError());  // clear the non-sticky error so later calls start clean
   throw Error(Status::ERROR, what + ": " + describe(e));
 }
 
@@ -26,12 +25,12 @@ void check(hipError_t e, const std::string& what) {
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device_id) noexcept : target_(device_id) {
-    status_ = hipGetDevice(&previous_);
-    if (status_ == hipSuccess && previous_ != target_) status_ = hipSetDevice(target_);
+    status_ = hip_api().hipGetDevice(&previous_);
+    if (status_ == hipSuccess && previous_ != target_) status_ = hip_api().hipSetDevice(target_);
   }
   ~DeviceGuard() {
     if (status_ == hipSuccess && previous_ != target_) {
-      const hipError_t e = hipSetDevice(previous_);
+      const hipError_t e = hip_api().hipSetDevice(previous_);
       if (e != hipSuccess)
         runtime::log().warn("could not restore HIP device {} after a call on device {}: {}", previous_, target_,
                             describe(e));
@@ -55,9 +54,9 @@ void HipMemory::check_device(int device_id) {
   if (device_id < 0)
     throw InvalidArgumentError("HIP device id " + std::to_string(device_id) + ": device ids start at 0");
   int count = 0;
-  const hipError_t e = hipGetDeviceCount(&count);
+  const hipError_t e = hip_api().hipGetDeviceCount(&count);
   if (e != hipSuccess) {
-    static_cast<void>(hipGetLastError());
+    static_cast<void>(hip_api().hipGetLastError());
     throw Error(Status::ERROR, "no HIP device: hipGetDeviceCount returned " + describe(e));
   }
   if (device_id >= count)
@@ -72,7 +71,7 @@ void* HipMemory::allocate(std::size_t size) {
   DeviceGuard guard(device_id());
   guard.check_entered();
   void* p = nullptr;
-  check(hipMalloc(&p, size),
+  check(hip_api().hipMalloc(&p, size),
         "hipMalloc of " + std::to_string(size) + " bytes on HIP device " + std::to_string(device_id()));
   return p;
 }
@@ -81,9 +80,9 @@ void HipMemory::free(void* ptr, std::size_t size) noexcept {
   if (ptr == nullptr) return;
   DeviceGuard guard(device_id());
   hipError_t e = guard.status();
-  if (e == hipSuccess) e = hipFree(ptr);
+  if (e == hipSuccess) e = hip_api().hipFree(ptr);
   if (e != hipSuccess) {
-    static_cast<void>(hipGetLastError());
+    static_cast<void>(hip_api().hipGetLastError());
     runtime::log().warn("hipFree of a {}-byte buffer on HIP device {} failed: {}", size, device_id(), describe(e));
   }
 }
@@ -94,10 +93,10 @@ void HipMemory::copy(void* dst, const void* src, std::size_t n, int kind, const 
   guard.check_entered();
   const std::string what = std::string("hipMemcpy ") + direction + " of " + std::to_string(n) +
                            " bytes on HIP device " + std::to_string(device_id());
-  check(hipMemcpy(dst, src, n, static_cast<hipMemcpyKind>(kind)), what);
+  check(hip_api().hipMemcpy(dst, src, n, static_cast<hipMemcpyKind>(kind)), what);
   // hipMemcpy may return before a host-to-device or device-to-device copy lands; a NIC reading the
   // buffer next is outside HIP's stream order, so wait here.
-  if (kind != hipMemcpyDeviceToHost) check(hipStreamSynchronize(nullptr), what + " (synchronize)");
+  if (kind != hipMemcpyDeviceToHost) check(hip_api().hipStreamSynchronize(nullptr), what + " (synchronize)");
 }
 
 void HipMemory::copy_host_to_device(void* dst, const void* src, std::size_t n) const {

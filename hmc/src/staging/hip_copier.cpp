@@ -1,51 +1,52 @@
 // DeviceCopier on HIP: one non-blocking stream per copier; each copy is followed by a stream
 // callback that reports it (with the stream's status) through the copier's fd.
-#include <hip/hip_runtime_api.h>
-
 #include <string>
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "memory/hip_api.hpp"
 #include "staging/device_copier.hpp"
 
 namespace hmc::detail {
 
 namespace {
 
-std::string describe(hipError_t e) { return std::string(hipGetErrorString(e)) + " (" + hipGetErrorName(e) + ")"; }
+std::string describe(hipError_t e) {
+  return std::string(hip_api().hipGetErrorString(e)) + " (" + hip_api().hipGetErrorName(e) + ")";
+}
 
 class HipCopier final : public DeviceCopier {
  public:
   explicit HipCopier(int device_id) : DeviceCopier(MemoryType::AMD_GPU, device_id) {
-    check(hipSetDevice(device_id), "hipSetDevice(" + std::to_string(device_id) + ")");
-    check(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "hipStreamCreateWithFlags");
+    check(hip_api().hipSetDevice(device_id), "hipSetDevice(" + std::to_string(device_id) + ")");
+    check(hip_api().hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking), "hipStreamCreateWithFlags");
   }
   ~HipCopier() override {
     // Outstanding callbacks name this copier: let them run before it goes.
-    if (hipStreamSynchronize(stream_) != hipSuccess) static_cast<void>(hipGetLastError());
-    if (hipStreamDestroy(stream_) != hipSuccess) static_cast<void>(hipGetLastError());
+    if (hip_api().hipStreamSynchronize(stream_) != hipSuccess) static_cast<void>(hip_api().hipGetLastError());
+    if (hip_api().hipStreamDestroy(stream_) != hipSuccess) static_cast<void>(hip_api().hipGetLastError());
   }
 
   error_code start(Direction d, void* dst, const void* src, std::size_t n, std::uint64_t id) override {
     const hipMemcpyKind kind = d == Direction::to_device ? hipMemcpyHostToDevice : hipMemcpyDeviceToHost;
-    hipError_t e = hipMemcpyAsync(dst, src, n, kind, stream_);
-    if (e == hipSuccess) e = hipStreamAddCallback(stream_, &HipCopier::on_done, new Pending{this, id}, 0);
+    hipError_t e = hip_api().hipMemcpyAsync(dst, src, n, kind, stream_);
+    if (e == hipSuccess) e = hip_api().hipStreamAddCallback(stream_, &HipCopier::on_done, new Pending{this, id}, 0);
     if (e == hipSuccess) return {};
-    static_cast<void>(hipGetLastError());
+    static_cast<void>(hip_api().hipGetLastError());
     runtime::log().warn("hip staging copy of {} bytes on device {} refused: {}", n, device_id(), describe(e));
     return make_error_code(Status::ERROR);
   }
 
   void* allocate_pinned(std::size_t n) override {
     void* p = nullptr;
-    check(hipHostMalloc(&p, n, hipHostMallocPortable), "hipHostMalloc of " + std::to_string(n) + " bytes");
+    check(hip_api().hipHostMalloc(&p, n, hipHostMallocPortable), "hipHostMalloc of " + std::to_string(n) + " bytes");
     return p;
   }
   void synchronize() noexcept override {
-    if (hipStreamSynchronize(stream_) != hipSuccess) static_cast<void>(hipGetLastError());
+    if (hip_api().hipStreamSynchronize(stream_) != hipSuccess) static_cast<void>(hip_api().hipGetLastError());
   }
   void free_pinned(void* p, std::size_t) noexcept override {
-    if (hipHostFree(p) != hipSuccess) static_cast<void>(hipGetLastError());
+    if (hip_api().hipHostFree(p) != hipSuccess) static_cast<void>(hip_api().hipGetLastError());
   }
 
  private:
@@ -61,7 +62,7 @@ class HipCopier final : public DeviceCopier {
   }
   static void check(hipError_t e, const std::string& what) {
     if (e == hipSuccess) return;
-    static_cast<void>(hipGetLastError());
+    static_cast<void>(hip_api().hipGetLastError());
     throw Error(Status::ERROR, what + ": " + describe(e));
   }
 

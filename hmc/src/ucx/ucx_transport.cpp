@@ -274,10 +274,12 @@ std::string UcxTransport::carriers_of(const Peer& p) const {
   std::free(text);
   std::string out;
   for (const char* tl : {"tcp", "posix", "sysv", "cma", "xpmem", "knem", "self", "rc", "dc", "ud", "cuda", "rocm"}) {
-    const std::string name = std::string(tl) + "/";
+    std::string name = tl;
+    name += '/';
     for (std::size_t at = info.find(name); at != std::string::npos; at = info.find(name, at + 1)) {
       if (at > 0 && (info[at - 1] == ':' || info[at - 1] == ' ')) {  // "lane[0]:  0:tcp/lo.0 ..."
-        out += (out.empty() ? "" : ",") + std::string(tl);
+        if (!out.empty()) out += ',';  // appended, not "," + string: GCC 12 -O3 -Wstringop-overflow
+        out += tl;
         break;
       }
     }
