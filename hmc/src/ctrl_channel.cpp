@@ -526,7 +526,8 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     if (!conn) {
       r.why = "cannot connect to " + where + ": " + (r.ec ? r.ec.message() : "no address");
       if (r.ec == asio::error::connection_refused)
-        r.why += " for " + ms(attempt.timeout) + " (nothing listens there: is the peer running, and is this its control port?)";
+        r.why += " until the timeout of " + ms(attempt.timeout) +
+                 " (nothing listens there: is the peer running, and is this its control port?)";
       r.ec = make_error_code(Status::NOT_CONNECTED);
       co_return r;
     }

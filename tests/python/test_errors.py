@@ -101,9 +101,9 @@ def test_connect_takes_a_timeout_of_its_own(tmp_path):
         port = held.getsockname()[1]
         kwargs = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
         with hmc.create_session(**kwargs) as sdk, hmc.create_session(**kwargs) as readme:  # sessions: 30 s
-            with pytest.raises(hmc.NotConnectedError, match="refused for 500 ms"):
+            with pytest.raises(hmc.NotConnectedError, match="refused until the timeout of 500 ms"):
                 sdk.connect("127.0.0.1", port, timeout=0.5)
-            with pytest.raises(hmc.NotConnectedError, match="refused for 300 ms"):
+            with pytest.raises(hmc.NotConnectedError, match="refused until the timeout of 300 ms"):
                 readme.connect(0, 1, "127.0.0.1", 18515, port, conn=hmc.ConnType.UCX, timeout=0.3)
             with pytest.raises(hmc.InvalidArgumentError, match="timeout"):
                 sdk.connect("127.0.0.1", port, timeout=0)
