@@ -53,7 +53,8 @@ Status status_of_reject(RejectCode code) {
 }
 
 // Where a user fixes a mismatch, named in the side's own error so that it need not read the peer's log.
-constexpr const char* kTlsHint = "check tls_cert, tls_key, tls_ca / HMC_TLS_CERT, HMC_TLS_KEY, HMC_TLS_CA on both sides";
+constexpr const char* kTlsHint =
+    "check tls_cert, tls_key, tls_ca / HMC_TLS_CERT, HMC_TLS_KEY, HMC_TLS_CA on both sides";
 constexpr const char* kKeyHint = "check auth_key / HMC_AUTH_KEY / HMC_AUTH_KEY_FILE / ~/.hmc/auth_key on both sides";
 
 // A TLS handshake that met plain text (an HMC frame) instead of a TLS record: the peer has TLS off.
@@ -318,7 +319,8 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
       if (ec && peer_spoke_plain_text(ec)) {
         // A plain-text client reads a plain REJECT: one fixed, best-effort frame tells it why.
         const auto frame = reject_frame(RejectCode::auth_failed, kRejectTlsRequired);
-        [[maybe_unused]] auto n = ::send(conn->native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        [[maybe_unused]] auto n =
+            ::send(conn->native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         co_return fail(std::string("the client spoke plain text: this server uses TLS and the client does not (") +
                        kTlsHint + ")");
       }
@@ -473,7 +475,8 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
 
   // Every connection an attempt opened, so that the deadline can close them whatever they wait on.
   struct Attempt {
-    Attempt(const runtime::loop_executor& e, std::chrono::milliseconds t) : deadline(e, runtime::deadline_after(t)), timeout(t) {}
+    Attempt(const runtime::loop_executor& e, std::chrono::milliseconds t)
+        : deadline(e, runtime::deadline_after(t)), timeout(t) {}
     HandshakeDeadline deadline;
     std::chrono::milliseconds timeout;  // what `deadline` is after the start, for messages
     std::shared_ptr<CtrlConnection> track(std::shared_ptr<CtrlConnection> c) {

@@ -284,7 +284,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     const std::string name = port ? ip + ":" + std::to_string(*port) : ip;
     if (ranks.empty()) {
       for (const auto& [r, l] : lost)
-        if ((l.ip == ip || l.dialed == ip) && (!port || *port == l.data_port) && transport && transport->peer(r) == nullptr)
+        if ((l.ip == ip || l.dialed == ip) && (!port || *port == l.data_port) && transport &&
+            transport->peer(r) == nullptr)
           return std::make_exception_ptr(PeerLostError("no connected peer at " + name + ": " + lost_text(r, l)));
       return std::make_exception_ptr(NotConnectedError("no connected peer at " + name));
     }
@@ -693,7 +694,8 @@ class ConnectNotice {
       detail::log().warn("connect: still connecting to {} ({} s of {} s): {}", s->whom, waited.count(),
                          std::chrono::ceil<std::chrono::seconds>(s->budget).count(),
                          s->control_up ? "the control connection is up; waiting for the data connection"
-                                       : "no control connection yet (is the peer running, and listening on that port?)");
+                                       : "no control connection yet (is the peer running, and listening on that "
+                                         "port?)");
       arm(s);
     });
   }

@@ -837,7 +837,8 @@ PYBIND11_MODULE(_hmc, m) {
       .def("connect_sdk",
            [](Core& c, const std::string& ip, std::uint16_t port, int conn, Seconds timeout) {
              return c.blocking([&](Session& s) {
-               return s.connect(ip, port, static_cast<hmc::ConnType>(conn), to_ms(timeout, s.options().timeout, "timeout"));
+               return s.connect(ip, port, static_cast<hmc::ConnType>(conn),
+                                to_ms(timeout, s.options().timeout, "timeout"));
              });
            })
       .def("close_server", [](Core& c) { c.blocking([](Session& s) { s.close_server(); }); })
