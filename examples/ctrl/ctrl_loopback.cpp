@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "hmc/ctrl_channel.hpp"
@@ -31,7 +32,9 @@ int main(int argc, char** argv) {
 
     hmc::CtrlChannel server(server_loop, 0);
     const auto port = server.listen("127.0.0.1", 0);
-    std::printf("server rank 0 listening on 127.0.0.1:%u and %s\n", port, server.uds_path().c_str());
+    const std::string uds = server.uds_path();  // empty under CTRL_TRANSPORT=tcp
+    std::printf("server rank 0 listening on 127.0.0.1:%u and %s\n", port,
+                uds.empty() ? "no Unix socket (TCP only)" : uds.c_str());
 
     hmc::CtrlChannel client(client_loop, 1);
     const auto peer = client.async_connect("127.0.0.1", port, 5s, asio::use_future).get();

@@ -1,10 +1,16 @@
-"""all_to_all across a world of ranks, started by torchrun or by a plain loop of processes.
+"""all_to_all across a world of ranks, started by a plain loop of processes or by torchrun.
 
-    torchrun --standalone --nproc_per_node=4 examples/python/world_all_to_all.py
     for r in 0 1 2 3; do
         MASTER_ADDR=127.0.0.1 MASTER_PORT=29400 WORLD_SIZE=4 RANK=$r \\
             /usr/bin/python3 examples/python/world_all_to_all.py &
     done; wait
+
+or, where torchrun works, with the same variables set by it:
+
+    torchrun --nproc_per_node=4 examples/python/world_all_to_all.py
+
+(Debian's torchrun 1.13 crashes on Python 3.11 before it starts a worker, whatever its flags:
+use the loop there.)
 """
 import numpy as np
 

@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -63,6 +66,17 @@ Status status_of_reject(RejectCode code) {
   }
 }
 
+// Where a user fixes a mismatch, named in the side's own error so that it need not read the peer's log.
+constexpr const char* kTlsHint =
+    "check tls_cert, tls_key, tls_ca / HMC_TLS_CERT, HMC_TLS_KEY, HMC_TLS_CA on both sides";
+constexpr const char* kKeyHint = "check auth_key / HMC_AUTH_KEY / HMC_AUTH_KEY_FILE / ~/.hmc/auth_key on both sides";
+
+// A TLS handshake that met plain text (an HMC frame) instead of a TLS record: the peer has TLS off.
+bool peer_spoke_plain_text(const error_code& ec) {
+  return ec.category() == asio::error::get_ssl_category() &&
+         ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_WRONG_VERSION_NUMBER;
+}
+
 // Closes a connection when its handshake runs past the deadline: every pending read or write then
 // fails, whatever stage (connect, TLS, frames) it is in.
 class HandshakeDeadline {
@@ -103,6 +117,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     if (opts.authenticate) {
       AuthKeyOrigin origin;
       key = resolve_auth_key(opts.auth_key, &origin);
+      key_origin = origin.description;
       log().debug("ctrl: peers authenticate with the key from {}", origin.description);
     } else {
       log().warn("ctrl: peer authentication is OFF (authenticate = false): any process that reaches the control "
@@ -117,6 +132,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     runtime::AsyncQueue<CtrlMessage> inbox;
     std::size_t inbox_bytes = 0;  // what inbox holds (or hands to a waiter), for inbox_budget
     bool ever_connected = false;  // false: a placeholder made by a receive that waits for the rank
+    std::string lost_why;         // how the last connection ended
   };
 
   // A TCP leg that was offered the Unix socket: it holds its rank until the client moves or stays.
@@ -201,6 +217,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
           auto p = weak_peer.lock();
           if (!p || p->conn.get() != conn_raw) return;
           log().info("ctrl peer rank {} lost: {}", rank, why);
+          p->lost_why = why;
           p->conn.reset();
           p->inbox.close(make_error_code(Status::PEER_LOST));
           auto self = weak_self.lock();
@@ -344,6 +361,14 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     };
     if (tls && conn->transport() == "tcp") {
       const error_code ec = co_await conn->tls_handshake(*tls, asio::ssl::stream_base::server);
+      if (ec && peer_spoke_plain_text(ec)) {
+        // A plain-text client reads a plain REJECT: one fixed, best-effort frame tells it why.
+        const auto frame = reject_frame(RejectCode::auth_failed, kRejectTlsRequired);
+        [[maybe_unused]] auto n =
+            ::send(conn->native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        co_return fail(std::string("the client spoke plain text: this server uses TLS and the client does not (") +
+                       kTlsHint + ")");
+      }
       if (ec) co_return fail("TLS handshake: " + ec.message());
       handshaking.set_answerable(conn);
     }
@@ -454,7 +479,9 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
       if (r.ec) {
         // Under TLS 1.3 a server that refuses our certificate says so on the first read.
         const bool tls_error = r.ec.category() == asio::error::get_ssl_category();
-        r.why = (tls_error ? "TLS: " : "connection closed during the handshake: ") + r.ec.message();
+        r.why = tls_error ? "TLS: " + r.ec.message()
+                          : "the server closed the connection during the handshake (" + r.ec.message() +
+                                "); its log says why";
         r.ec = make_error_code(tls_error ? Status::AUTH_FAILED : Status::PEER_LOST);
         co_return r;
       }
@@ -467,7 +494,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
         r.ec = make_error_code(hs.rejected() ? status_of_reject(step.code)
                                : step.code == RejectCode::auth_failed ? Status::AUTH_FAILED
                                                                       : Status::PROTOCOL_ERROR);
-        r.why = step.why;
+        r.why = step.code == RejectCode::auth_failed ? auth_failure(hs) : step.why;
         r.busy = hs.rejected() == RejectCode::busy;
         co_return r;
       }
@@ -478,10 +505,28 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     }
   }
 
+  // Why our handshake failed authentication, in words that say what to check: the server's REJECT
+  // carries only a fixed reason, and its log is on another host.
+  std::string auth_failure(const ClientHandshake& hs) const {
+    if (!hs.rejected())
+      return "the server could not prove it holds our key: it uses another key or has authentication off (ours is "
+             "from " + key_origin + "; " + kKeyHint + ")";
+    if (hs.rejected_reason() == kRejectTlsRequired)
+      return std::string("the server requires TLS and this side does not use it: one side uses TLS and the other "
+                         "does not (") + kTlsHint + ")";
+    if (!opts.authenticate)
+      return "the server requires authentication and this side has it off (authenticate = false): turn it on, "
+             "with the server's key";
+    return "the server rejected our proof of the shared key: the two sides use different keys (ours is from " +
+           key_origin + "; " + kKeyHint + ")";
+  }
+
   // Every connection an attempt opened, so that the deadline can close them whatever they wait on.
   struct Attempt {
-    explicit Attempt(const runtime::loop_executor& e, clock::time_point at) : deadline(e, at) {}
+    Attempt(const runtime::loop_executor& e, std::chrono::milliseconds t)
+        : deadline(e, runtime::deadline_after(t)), timeout(t) {}
     HandshakeDeadline deadline;
+    std::chrono::milliseconds timeout;  // what `deadline` is after the start, for messages
     std::shared_ptr<CtrlConnection> track(std::shared_ptr<CtrlConnection> c) {
       deadline.watch(c);
       conns.push_back(c);
@@ -531,6 +576,9 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     }
     if (!conn) {
       r.why = "cannot connect to " + where + ": " + (r.ec ? r.ec.message() : "no address");
+      if (r.ec == asio::error::connection_refused)
+        r.why += " until the timeout of " + ms(attempt.timeout) +
+                 " (nothing listens there: is the peer running, and is this its control port?)";
       r.ec = make_error_code(Status::NOT_CONNECTED);
       co_return r;
     }
@@ -540,7 +588,10 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
       const error_code ec = co_await conn->tls_handshake(*tls, asio::ssl::stream_base::client);
       if (ec) {
         r.ec = make_error_code(attempt.deadline.expired() ? Status::TIMEOUT : Status::AUTH_FAILED);
-        r.why = "TLS handshake failed: " + ec.message();
+        r.why = peer_spoke_plain_text(ec)
+                    ? std::string("the server answered in plain text, not TLS: this side uses TLS and the server "
+                                  "does not (") + kTlsHint + ")"
+                    : "TLS handshake failed: " + ec.message();
         co_return r;
       }
     }
@@ -637,7 +688,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
                                 CtrlChannel::connect_handler h) {
     auto self = shared_from_this();
     const std::string what = "ctrl connect to " + host + ":" + std::to_string(port);
-    Attempt attempt(ex, runtime::deadline_after(timeout));
+    Attempt attempt(ex, timeout);
     ConnectResult c = co_await dial(host, port, attempt);
     // A server that refused for load is asked again until the deadline: its handshakes finish, fail
     // or are evicted for newer ones. Backoff 20 ms doubling to 500 ms.
@@ -713,6 +764,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   std::atomic<std::uint32_t> self_rank;  // read from any thread by rank()
   const CtrlOptions opts;
   AuthKey key;
+  std::string key_origin;  // where `key` came from, for a client's "different keys" error
   std::unique_ptr<asio::ssl::context> tls;
   std::map<std::uint32_t, std::shared_ptr<Peer>> peers;
   runtime::AsyncReadySet<std::uint32_t> connected;  // ranks with a live connection, for async_wait_peer
@@ -817,6 +869,13 @@ std::vector<std::uint32_t> CtrlChannel::peers() const {
   });
 }
 
+std::string CtrlChannel::lost_reason(std::uint32_t rank) const {
+  return loop_.call([&]() -> std::string {
+    auto it = impl_->peers.find(rank);
+    return it == impl_->peers.end() || impl_->alive(rank) ? "" : it->second->lost_why;
+  });
+}
+
 std::string CtrlChannel::transport_of(std::uint32_t rank) const {
   return loop_.call([&] {
     if (!impl_->alive(rank)) throw NotConnectedError("no control connection to rank " + std::to_string(rank));
@@ -869,7 +928,9 @@ void CtrlChannel::start_send(const std::shared_ptr<detail::CtrlChannelImpl>& imp
   auto it = impl->peers.find(rank);
   if (it == impl->peers.end() || !it->second->ever_connected)
     return impl->complete(std::move(h), make_error_code(Status::NOT_CONNECTED), what);
-  if (!impl->alive(rank)) return impl->complete(std::move(h), make_error_code(Status::PEER_LOST), what);
+  if (!impl->alive(rank))
+    return impl->complete(std::move(h), make_error_code(Status::PEER_LOST),
+                          what + " (its connection ended: " + it->second->lost_why + ")");
   const auto type = static_cast<detail::FrameType>(m.kind());  // CtrlKind values are the frame types
   it->second->conn->send(detail::encode_frame(type, m.bytes().data(), m.bytes().size()),
                          [impl, what, h = std::move(h)](runtime::error_code ec) mutable {
@@ -894,6 +955,8 @@ void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& imp
               if (!ec) {
                 p->inbox_bytes -= std::min(p->inbox_bytes, detail::inbox_cost(msg));
                 if (p->conn && p->inbox_bytes <= impl->opts.inbox_budget / 2) p->conn->resume_reading();
+              } else if (ec == make_error_code(Status::PEER_LOST) && !p->lost_why.empty()) {
+                context += " (its connection ended: " + p->lost_why + ")";
               } else if (!p->ever_connected) {
                 if (ec == runtime::asio::error::timed_out) context += " (rank " + std::to_string(rank) + " never connected)";
                 auto it = impl->peers.find(rank);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <array>
+#include <deque>
 #include <map>
 #include <set>
 #include <optional>
@@ -93,8 +94,11 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   void install(std::unique_ptr<Transport> t, ConnType type) {
     transport = std::move(t);
     conn = type;
-    transport->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code) {
-      if (auto self = weak.lock()) self->peer_down(rank);
+    transport->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code ec) {
+      if (auto self = weak.lock())
+        self->peer_down(rank, status_of(ec) == Status::PROTOCOL_ERROR
+                                  ? "it broke the data-plane protocol and was disconnected (see the log)"
+                                  : "its data connection failed (the log has the transport's reason)");
     };
     transport->on_peer_ready = [weak = weak_from_this()](std::uint32_t rank) {
       if (auto self = weak.lock()) self->peer_ready(rank);
@@ -131,7 +135,11 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     std::weak_ptr<SessionImpl> weak = weak_from_this();
     ctrl->set_handlers(CtrlHandlers{
         [weak](std::uint32_t rank, bool up) {
-          if (auto self = weak.lock()) up ? self->peer_up(rank) : self->peer_down(rank);
+          auto self = weak.lock();
+          if (!self) return;
+          if (up) return self->peer_up(rank);
+          const std::string why = self->ctrl->lost_reason(rank);
+          self->peer_down(rank, "its control connection ended" + (why.empty() ? std::string() : ": " + why));
         },
         [weak](std::uint32_t rank, CtrlMessage m) {
           if (auto self = weak.lock()) self->peer_info(rank, m);
@@ -141,6 +149,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   // A control connection came up: send the peer what it needs to reach our buffer.
   void peer_up(std::uint32_t rank) {
     if (closed || !transport) return;
+    linked[rank] = Loss{};
+    lost.erase(rank);
     const auto info = transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port});
     ctrl->async_send(rank, CtrlMessage::from_transport(info), [rank](std::exception_ptr e) {
       if (e) log().warn("could not send the data-plane peer info to rank {}", rank);
@@ -158,7 +168,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     std::optional<CtrlMessage> m = decode_fast_message(bytes, opts.ctrl.max_frame_length);
     if (!m) {
       log().error("rank {} sent a malformed fast-path control message; disconnecting it", rank);
-      return peer_down(rank);
+      return peer_down(rank, "it sent a malformed fast-path control message and was disconnected");
     }
     ++fast_received[rank];
     if (fast_recv.count(rank) != 0) {
@@ -167,7 +177,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       fast_early[rank].push_back(std::move(*m));
     } else {
       log().error("rank {} sent over {} fast-path messages before its SWITCH; disconnecting it", rank, kMaxEarly);
-      return peer_down(rank);
+      return peer_down(rank, "it sent too many fast-path messages before its SWITCH and was disconnected");
     }
     if (departing.count(rank) != 0) depart_when_ready(rank);
   }
@@ -192,7 +202,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
                                                         : transport->add_peer(rank, m.bytes());
     if (!why.empty()) {
       log().error("data connection to rank {} failed: {}; dropping the peer", rank, why);
-      return peer_down(rank);
+      return peer_down(rank, "its data connection failed: " + why);
     }
   }
 
@@ -200,6 +210,13 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   // fast path may use it now. Nothing runs on a half-made UCX connection (docs/design.md).
   void peer_ready(std::uint32_t rank) {
     if (closed || !ctrl) return;
+    // Its names, for a loss noted after the transport has dropped its record.
+    if (auto l = linked.find(rank); l != linked.end()) {
+      if (const PeerRecord* p = transport ? transport->peer(rank) : nullptr) {
+        l->second.ip = p->ip;
+        l->second.data_port = p->data_port;
+      }
+    }
     ready.set(rank);
     wake_address_waiters();
     if (opts.fast_ctrl) {
@@ -208,7 +225,9 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     }
   }
 
-  void peer_down(std::uint32_t rank) {
+  // `how` names the loss in the PeerLostError of later operations (the first reason counts).
+  void peer_down(std::uint32_t rank, const std::string& how) {
+    note_loss(rank, how);
     ready.fail(rank, make_error_code(Status::PEER_LOST));
     fast_send.erase(rank);
     fast_recv.erase(rank);
@@ -231,7 +250,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     if (p == nullptr) throw PeerLostError("connect to " + ip + ": rank " + std::to_string(rank) + " went away");
     if (port && p->data_port != *port) {
       const std::uint16_t served = p->data_port;
-      peer_down(rank);
+      peer_down(rank, "connect() found it serves data port " + std::to_string(served) + ", not " +
+                          std::to_string(*port));
       throw InvalidArgumentError("the session at " + ip + " (rank " + std::to_string(rank) + ") serves data port " +
                                  std::to_string(served) + ", not " + std::to_string(*port));
     }
@@ -262,7 +282,13 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
       return nullptr;
     }
     const std::string name = port ? ip + ":" + std::to_string(*port) : ip;
-    if (ranks.empty()) return std::make_exception_ptr(NotConnectedError("no connected peer at " + name));
+    if (ranks.empty()) {
+      for (const auto& [r, l] : lost)
+        if ((l.ip == ip || l.dialed == ip) && (!port || *port == l.data_port) && transport &&
+            transport->peer(r) == nullptr)
+          return std::make_exception_ptr(PeerLostError("no connected peer at " + name + ": " + lost_text(r, l)));
+      return std::make_exception_ptr(NotConnectedError("no connected peer at " + name));
+    }
     std::string list;
     for (std::uint32_t r : ranks) {
       const PeerRecord* p = transport->peer(r);
@@ -338,9 +364,12 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     // A peer whose wireup is still going on takes operations (UCX queues them): a put issued
     // after a ctrl_recv from that peer must find it, and that message may overtake our wireup.
     const PeerRecord* peer = transport ? transport->peer(rank) : nullptr;
-    if (peer == nullptr)
+    if (peer == nullptr) {
+      if (auto l = lost.find(rank); l != lost.end())
+        return fail(PeerLostError(std::string(op) + ": " + lost_text(rank, l->second)));
       return fail(NotConnectedError(std::string(op) + ": no data connection to rank " + std::to_string(rank) +
                                     " (connect() to it, or wait_peer() for a client)"));
+    }
     if (segs.empty()) return fail(InvalidArgumentError(std::string(op) + ": empty segment list"));
     if (region == kForeignRegion)
       return fail(InvalidArgumentError(std::string(op) + ": the registered memory belongs to another session"));
@@ -354,7 +383,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
         return fail(OutOfRangeError(std::string(op) + ": local range [" + std::to_string(s.local_offset) + ", +" +
                                     std::to_string(s.size) + ") is outside the " +
                                     (region == 0 ? "session buffer" : "registered memory") + " of " +
-                                    std::to_string(local_size) + " bytes"));
+                                    std::to_string(local_size) + " bytes" +
+                                    (region == 0 ? " (a larger buffer_size, or register the memory to move)" : "")));
       if (s.remote_offset > peer->buffer_size || s.size > peer->buffer_size - s.remote_offset)
         return fail(OutOfRangeError(std::string(op) + ": remote range [" + std::to_string(s.remote_offset) + ", +" +
                                     std::to_string(s.size) + ") is outside rank " + std::to_string(rank) +
@@ -483,10 +513,44 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   // Everything the departing peer sent has arrived and ours to it is flushed: drop its data
   // connection (its control connection ends when it closes) and answer, which lets it close.
   void depart(std::uint32_t rank) {
+    note_loss(rank, "it closed its session (it said goodbye)");
     departing.erase(rank);
     ready.fail(rank, make_error_code(Status::PEER_LOST));
     if (transport) transport->remove_peer(rank, make_error_code(Status::PEER_LOST));
     if (ctrl) send_bye(rank, [] {});
+  }
+
+  // A peer whose control connection came up and then went: how, and the names it had, so that
+  // later operations and lookups say PeerLostError with the reason instead of "not connected".
+  // The newest kMaxLost only: a server whose clients come and go must not grow it forever.
+  struct Loss {
+    std::string how;
+    std::string ip, dialed;  // advertised and dialled addresses
+    std::uint16_t data_port = 0;
+    std::uint64_t seq = 0;   // which entry of lost_order is this one's
+  };
+  static constexpr std::size_t kMaxLost = 1024;
+
+  void note_loss(std::uint32_t rank, const std::string& how) {
+    auto up = linked.find(rank);
+    if (up == linked.end()) return;  // never connected, or its loss is already noted
+    Loss l = std::move(up->second);
+    linked.erase(up);
+    l.how = how;
+    l.seq = ++loss_seq;
+    if (auto d = dialed.find(rank); d != dialed.end()) l.dialed = d->second;
+    lost[rank] = std::move(l);
+    lost_order.emplace_back(rank, loss_seq);
+    while (lost_order.size() > kMaxLost) {
+      auto [old, seq] = lost_order.front();
+      lost_order.pop_front();
+      if (auto it = lost.find(old); it != lost.end() && it->second.seq == seq) lost.erase(it);
+    }
+  }
+
+  static std::string lost_text(std::uint32_t rank, const Loss& l) {
+    return "rank " + std::to_string(rank) + " was lost: " + l.how +
+           " (connect() to it again, or wait_peer() for a client that comes back)";
   }
 
   runtime::EventLoop& loop;
@@ -503,6 +567,10 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::set<std::uint32_t> fast_send, fast_recv;             // ranks whose control messages use the fast path
   std::map<std::uint32_t, std::vector<CtrlMessage>> fast_early;  // fast-path messages that overtook the SWITCH
   static constexpr std::size_t kMaxEarly = 4096;            // a sender cannot make us hold more
+  std::map<std::uint32_t, Loss> linked;  // ranks whose control connection is up, with their names once ready
+  std::map<std::uint32_t, Loss> lost;
+  std::deque<std::pair<std::uint32_t, std::uint64_t>> lost_order;  // (rank, seq), oldest first
+  std::uint64_t loss_seq = 0;
   std::string advertised_ip;
   std::uint16_t data_port = 0;
   std::uint16_t ctrl_port = 0;
@@ -572,9 +640,69 @@ void wait_op(runtime::EventLoop& loop, std::chrono::milliseconds timeout, const 
   if (done->error()) std::rethrow_exception(done->error());
 }
 
-// The session's own deadline covers the operation; the wait allows a little more so that the
-// operation's own TimeoutError (with its context) is what the caller sees.
-std::chrono::milliseconds wait_budget(const SessionOptions& o) { return o.timeout + std::chrono::seconds(1); }
+// A wait allows a little more than the operation's own deadline, so that the operation's own
+// TimeoutError (with its context) is what the caller sees; saturating, for "no limit".
+std::chrono::milliseconds with_grace(std::chrono::milliseconds d) {
+  constexpr std::chrono::milliseconds grace{1000};
+  return d > std::chrono::milliseconds::max() - grace ? std::chrono::milliseconds::max() : d + grace;
+}
+
+std::chrono::milliseconds wait_budget(const SessionOptions& o) { return with_grace(o.timeout); }
+
+// While a connect() waits, a warning every kConnectNotice says for whom and at what stage, so that
+// a user whose peer is not running sees why nothing happens instead of silence until the timeout.
+class ConnectNotice {
+ public:
+  static constexpr std::chrono::seconds kConnectNotice{5};
+
+  ConnectNotice(runtime::EventLoop& loop, std::string whom, std::chrono::milliseconds budget)
+      : loop_(loop), state_(std::make_shared<State>(loop.executor(), std::move(whom), budget)) {
+    loop_.call([s = state_] { arm(s); });
+  }
+  ~ConnectNotice() {
+    try {
+      loop_.call([s = state_] {
+        s->over = true;
+        s->timer.cancel();
+      });
+    } catch (const std::exception& e) {
+      detail::log().debug("connect notice: {}", e.what());
+    }
+  }
+  ConnectNotice(const ConnectNotice&) = delete;
+  ConnectNotice& operator=(const ConnectNotice&) = delete;
+
+  void control_connected() noexcept { state_->control_up = true; }
+
+ private:
+  struct State {
+    State(runtime::loop_executor ex, std::string w, std::chrono::milliseconds b)
+        : timer(ex), whom(std::move(w)), budget(b) {}
+    runtime::asio::steady_timer timer;
+    std::string whom;
+    std::chrono::milliseconds budget;
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    std::atomic<bool> control_up{false};
+    bool over = false;  // loop thread only
+  };
+
+  static void arm(const std::shared_ptr<State>& s) {
+    s->timer.expires_after(kConnectNotice);
+    s->timer.async_wait([s](runtime::error_code ec) {
+      if (ec || s->over) return;
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - s->start);
+      detail::log().warn("connect: still connecting to {} ({} s of {} s): {}", s->whom, waited.count(),
+                         std::chrono::ceil<std::chrono::seconds>(s->budget).count(),
+                         s->control_up ? "the control connection is up; waiting for the data connection"
+                                       : "no control connection yet (is the peer running, and listening on that "
+                                         "port?)");
+      arm(s);
+    });
+  }
+
+  runtime::EventLoop& loop_;
+  std::shared_ptr<State> state_;
+};
 
 }  // namespace
 
@@ -665,7 +793,8 @@ std::uint16_t Session::ctrl_port() const {
 }
 
 std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
-                               std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn) {
+                               std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn,
+                               std::optional<std::chrono::milliseconds> timeout) {
   forbid_loop_thread(*loop_, "connect");
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("connect on a closed session");
@@ -674,21 +803,11 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
     impl_->ensure_ctrl(self_id, {});
     if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
   });
-  const auto& o = impl_->opts;
-  const std::uint32_t rank = wait_for(
-      *loop_, impl_->ctrl->async_connect(peer_ip, ctrl_tcp_port, o.timeout, runtime::asio::use_future), wait_budget(o),
-      "connect to " + peer_ip + ":" + std::to_string(ctrl_tcp_port));
-  if (rank != peer_id) {
-    impl_->ctrl->disconnect(rank);
-    throw InvalidArgumentError("the session at " + peer_ip + ":" + std::to_string(ctrl_tcp_port) + " is rank " +
-                               std::to_string(rank) + ", not peer_id " + std::to_string(peer_id));
-  }
-  wait_ready(rank, o.timeout, true);
-  loop_->call([&] { impl_->connected(rank, peer_ip, data_port); });
-  return rank;
+  return dial(peer_ip, ctrl_tcp_port, peer_id, data_port, timeout);
 }
 
-std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn) {
+std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn,
+                               std::optional<std::chrono::milliseconds> timeout) {
   forbid_loop_thread(*loop_, "connect");
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("connect on a closed session");
@@ -697,12 +816,32 @@ std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, C
     impl_->ensure_ctrl(CtrlChannel::any_rank, {});
     if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
   });
-  const auto& o = impl_->opts;
+  return dial(ip, ctrl_port, std::nullopt, std::nullopt, timeout);  // known by the dialled ip; any data port
+}
+
+// Both connect() forms once the control channel exists: the control connection, then the data
+// connection, within one timeout.
+std::uint32_t Session::dial(const std::string& ip, std::uint16_t ctrl_port, std::optional<std::uint32_t> peer_id,
+                            std::optional<std::uint16_t> data_port, std::optional<std::chrono::milliseconds> timeout) {
+  const std::chrono::milliseconds budget = timeout.value_or(options().timeout);
+  if (budget.count() <= 0)
+    throw InvalidArgumentError("connect: timeout must be > 0 ms, not " + std::to_string(budget.count()));
+  const auto deadline = runtime::deadline_after(budget);
+  const std::string where = ip + ":" + std::to_string(ctrl_port);
+  ConnectNotice notice(*loop_, (peer_id ? "rank " + std::to_string(*peer_id) : std::string("the server")) + " at " +
+                                   where, budget);
   const std::uint32_t rank =
-      wait_for(*loop_, impl_->ctrl->async_connect(ip, ctrl_port, o.timeout, runtime::asio::use_future), wait_budget(o),
-               "connect to " + ip + ":" + std::to_string(ctrl_port));
-  wait_ready(rank, o.timeout, true);
-  loop_->call([&] { impl_->connected(rank, ip, std::nullopt); });  // known by the dialled ip; any data port
+      wait_for(*loop_, impl_->ctrl->async_connect(ip, ctrl_port, budget, runtime::asio::use_future),
+               with_grace(budget), "connect to " + where);
+  if (peer_id && rank != *peer_id) {
+    impl_->ctrl->disconnect(rank);
+    throw InvalidArgumentError("the session at " + where + " is rank " + std::to_string(rank) + ", not peer_id " +
+                               std::to_string(*peer_id));
+  }
+  notice.control_connected();
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  wait_ready(rank, std::max(left, std::chrono::milliseconds(1)), true);
+  loop_->call([&] { impl_->connected(rank, ip, data_port); });
   return rank;
 }
 
@@ -1046,7 +1185,7 @@ int Session::wakeup_fd() {
 }
 
 void Session::disconnect(std::uint32_t peer) {
-  loop_->call([&] { impl_->peer_down(peer); });
+  loop_->call([&] { impl_->peer_down(peer, "disconnect() dropped it on this side"); });
 }
 
 void Session::start_close(const std::shared_ptr<detail::SessionImpl>& impl, handler h) {

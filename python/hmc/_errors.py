@@ -45,7 +45,9 @@ class NotConnectedError(HMCError, ConnectionError):
     status = Status.NOT_CONNECTED
 
 
-class PeerLostError(HMCError, ConnectionError):
+class PeerLostError(NotConnectedError):
+    """A peer that was connected went away; `except NotConnectedError` catches it too."""
+
     status = Status.PEER_LOST
 
 
@@ -65,7 +67,13 @@ class AuthenticationError(HMCError, PermissionError):
     status = Status.AUTH_FAILED
 
 
-_BY_STATUS = {cls.status: cls for cls in HMCError.__subclasses__()}
+def _hierarchy(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _hierarchy(sub)
+
+
+_BY_STATUS = {cls.status: cls for cls in _hierarchy(HMCError)}  # the classes above, before any outside subclass
 
 
 def by_status(code):

@@ -213,19 +213,22 @@ class Session(ReferenceSession):
         """Two forms, each returning the server's rank once data can flow both ways:
         connect(peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX, *, uds_dir=None)
         (README) and connect(ip, port, conn=ConnType.UCX) (SDK guide: the server assigns this session's
-        rank). uds_dir, where the reference's client looked for a same-host server's Unix socket, is
-        checked and not needed: our server names its socket in the handshake (CTRL_TRANSPORT picks)."""
+        rank). timeout= (seconds, keyword only; default the session's) bounds the whole connect: a peer
+        not listening yet is retried until then, with a warning every 5 s saying whom it waits for.
+        uds_dir, where the reference's client looked for a same-host server's Unix socket, is checked
+        and not needed: our server names its socket in the handshake (CTRL_TRANSPORT picks)."""
         return self._by_form("connect", (self._connect_readme, self._connect_sdk), args, kwargs)
 
     def _connect_readme(self, peer_id, self_id, peer_ip, data_port, ctrl_tcp_port, conn=ConnType.UCX, *,
-                        uds_dir=None):
+                        timeout=None, uds_dir=None):
         _args.text(uds_dir, "uds_dir")
         return self._call(self._core.connect, _args.rank(peer_id, "peer_id"), _args.rank(self_id, "self_id"),
                           _args.ip(peer_ip, "peer_ip"), _args.port(data_port, "data_port"),
-                          _args.port(ctrl_tcp_port, "ctrl_tcp_port"), int(_args.conn(conn)))
+                          _args.port(ctrl_tcp_port, "ctrl_tcp_port"), int(_args.conn(conn)), _args.timeout(timeout))
 
-    def _connect_sdk(self, ip, port, conn=ConnType.UCX):
-        return self._call(self._core.connect_sdk, _args.ip(ip), _args.port(port), int(_args.conn(conn)))
+    def _connect_sdk(self, ip, port, conn=ConnType.UCX, *, timeout=None):
+        return self._call(self._core.connect_sdk, _args.ip(ip), _args.port(port), int(_args.conn(conn)),
+                          _args.timeout(timeout))
 
     @staticmethod
     def _by_form(what, methods, args, kwargs):

@@ -828,15 +828,18 @@ PYBIND11_MODULE(_hmc, m) {
            })
       .def("connect",
            [](Core& c, std::uint32_t peer_id, std::uint32_t self_id, const std::string& ip, std::uint16_t data_port,
-              std::uint16_t ctrl_port, int conn) {
+              std::uint16_t ctrl_port, int conn, Seconds timeout) {
              return c.blocking([&](Session& s) {
-               return s.connect(peer_id, self_id, ip, data_port, ctrl_port, static_cast<hmc::ConnType>(conn));
+               return s.connect(peer_id, self_id, ip, data_port, ctrl_port, static_cast<hmc::ConnType>(conn),
+                                to_ms(timeout, s.options().timeout, "timeout"));
              });
            })
       .def("connect_sdk",
-           [](Core& c, const std::string& ip, std::uint16_t port, int conn) {
-             return c.blocking(
-                 [&](Session& s) { return s.connect(ip, port, static_cast<hmc::ConnType>(conn)); });
+           [](Core& c, const std::string& ip, std::uint16_t port, int conn, Seconds timeout) {
+             return c.blocking([&](Session& s) {
+               return s.connect(ip, port, static_cast<hmc::ConnType>(conn),
+                                to_ms(timeout, s.options().timeout, "timeout"));
+             });
            })
       .def("close_server", [](Core& c) { c.blocking([](Session& s) { s.close_server(); }); })
       .def("set_local_ip", [](Core& c, const std::string& ip) { c.blocking([&](Session& s) { s.set_local_ip(ip); }); })

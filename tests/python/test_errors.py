@@ -1,5 +1,6 @@
 """Every bad input raises the right HMCError subclass; a killed peer raises PeerLostError."""
 import asyncio
+import socket
 import time
 
 import numpy as np
@@ -15,8 +16,10 @@ def test_bad_inputs_raise_typed_errors(client):
         client.put_remote("127.0.0.1", 18515, 0, size, 1)
     with pytest.raises(hmc.OutOfRangeError):
         client.get_remote("127.0.0.1", 18515, size - 4, 0, 8)
-    with pytest.raises(hmc.OutOfRangeError):
+    with pytest.raises(hmc.OutOfRangeError, match="session buffer of 83886080 bytes.*buffer_size.*register()"):
         client.put(0, b"x" * 10, bias=size - 5)
+    with pytest.raises(hmc.OutOfRangeError, match="buffer_size"):  # larger than our own buffer: the knobs, by name
+        client.put(0, b"x" * (size + 1))
     with pytest.raises(hmc.InvalidArgumentError, match="writable"):
         client.get_into(0, b"immutable")
     with pytest.raises(hmc.InvalidArgumentError, match="contiguous"):
@@ -68,8 +71,13 @@ def test_killed_peer_raises_peer_lost_within_timeout(style, tls):
                 with pytest.raises(hmc.PeerLostError):
                     s.ctrl_recv(0, timeout=10)
                 assert time.monotonic() - t0 < 5
-                with pytest.raises((hmc.PeerLostError, hmc.NotConnectedError)):
+                # Later operations, by address or by rank, say the peer was lost and how.
+                with pytest.raises(hmc.PeerLostError, match="rank 0 was lost: its "):
                     s.get_remote("127.0.0.1", 18515, 0, 0, 1 << 20)
+                with pytest.raises(hmc.PeerLostError, match="rank 0 was lost: its "):
+                    s.put_remote(0, None, 0, 0, 8)
+                with pytest.raises(hmc.NotConnectedError):  # what callers caught before still catches it
+                    s.put(0, b"after the kill")
         else:
             async def main():
                 async with hmc.AsyncSession(**kwargs) as s:
@@ -85,3 +93,19 @@ def test_killed_peer_raises_peer_lost_within_timeout(style, tls):
             asyncio.run(main())
     finally:
         server.close()
+
+
+def test_connect_takes_a_timeout_of_its_own(tmp_path):
+    with socket.socket() as held:  # bound, never listening: every connection to it is refused
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        kwargs = dict(buffer_size=1 << 20, ucx_tls="shm", ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path))
+        with hmc.create_session(**kwargs) as sdk, hmc.create_session(**kwargs) as readme:  # sessions: 30 s
+            with pytest.raises(hmc.NotConnectedError, match="refused until the timeout of 500 ms"):
+                sdk.connect("127.0.0.1", port, timeout=0.5)
+            with pytest.raises(hmc.NotConnectedError, match="refused until the timeout of 300 ms"):
+                readme.connect(0, 1, "127.0.0.1", 18515, port, conn=hmc.ConnType.UCX, timeout=0.3)
+            with pytest.raises(hmc.InvalidArgumentError, match="timeout"):
+                sdk.connect("127.0.0.1", port, timeout=0)
+            with pytest.raises(hmc.InvalidArgumentError, match="timeout"):
+                sdk.connect("127.0.0.1", port, timeout=-1)

@@ -24,7 +24,8 @@ def test_sessions_with_one_explicit_key_connect_and_another_key_is_refused(tmp_p
         server.init_server("127.0.0.1", 0)
         friend.connect("127.0.0.1", server.ctrl_port)
         assert friend.put("127.0.0.1", b"trusted") == 7
-        with pytest.raises(hmc.AuthenticationError):
+        # The client says why itself (the server's log is on another host) and what to check.
+        with pytest.raises(hmc.AuthenticationError, match="the two sides use different keys.*HMC_AUTH_KEY"):
             stranger.connect("127.0.0.1", server.ctrl_port)
         assert server.buf.get_bytes(0, 7) == b"trusted"
 
@@ -36,8 +37,13 @@ def test_opting_out_of_authentication_needs_both_sides(tmp_path):
         server.init_server("127.0.0.1", 0)
         open_client.connect("127.0.0.1", server.ctrl_port)
         assert open_client.put("127.0.0.1", b"open") == 4
-        with pytest.raises(hmc.AuthenticationError):
+        with pytest.raises(hmc.AuthenticationError, match="could not prove it holds our key"):
             careful.connect("127.0.0.1", server.ctrl_port)
+    with hmc.create_session(**kwargs(tmp_path)) as keyed, \
+            hmc.create_session(**kwargs(tmp_path, authenticate=False, timeout=2.0)) as open_client:
+        keyed.init_server("127.0.0.1", 0)
+        with pytest.raises(hmc.AuthenticationError, match="this side has it off"):
+            open_client.connect("127.0.0.1", keyed.ctrl_port)
 
 
 def test_a_stopped_peer_is_lost_at_the_configured_heartbeat_limit(tmp_path):

@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "hmc/runtime/log.hpp"
 #include "session_test_util.hpp"
 
 namespace hmc {
@@ -242,6 +245,41 @@ TEST(SessionFailure, WaitPeerAtWaitsForAClientAndTimesOutOrClosesWhenNoneComes) 
   auto pending = std::async(std::launch::async, [&] { return server->wait_peer_at("10.77.9.9", std::nullopt, 20s); });
   server->close();
   EXPECT_THROW(pending.get(), ClosedError);
+}
+
+// connect() to a port where nothing listens: its own timeout, not the session's, bounds the retries,
+// and while it waits a warning every 5 s says whom it waits for (a user sees why nothing happens).
+TEST(SessionFailure, ConnectToNobodyWarnsWhileItWaitsAndEndsAtItsOwnTimeout) {
+  Fixture f;
+  std::uint16_t dead_port;
+  {
+    asio::io_context io;
+    asio::ip::tcp::acceptor a(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    dead_port = a.local_endpoint().port();
+  }
+  auto o = test::session_options("shm", runtime::ProgressMode::event, 1u << 20, f.dir);
+  o.timeout = 60s;
+  Session client(o);
+  std::mutex m;
+  std::vector<std::string> notices;
+  runtime::set_log_hook([&](runtime::LogLevel level, std::string_view line) {
+    if (level != runtime::LogLevel::warn || line.find("still connecting") == std::string_view::npos) return;
+    std::lock_guard<std::mutex> lock(m);
+    notices.emplace_back(line);
+  });
+  const std::string where = "127.0.0.1:" + std::to_string(dead_port);
+  try {
+    client.connect(0, 1, "127.0.0.1", kDataPort, dead_port, ConnType::UCX, 7s);
+    ADD_FAILURE() << "connected to a port nobody listens on";
+  } catch (const NotConnectedError& e) {
+    EXPECT_NE(std::string(e.what()).find("refused until the timeout of 7000 ms"), std::string::npos) << e.what();
+  }
+  runtime::set_log_hook({});
+  std::lock_guard<std::mutex> lock(m);
+  ASSERT_EQ(notices.size(), 1u);  // at 5 s; a 60 s wait would have said more
+  EXPECT_NE(notices[0].find("still connecting to rank 0 at " + where + " (5 s of 7 s)"), std::string::npos)
+      << notices[0];
+  EXPECT_THROW(client.connect(0, 1, "127.0.0.1", kDataPort, dead_port, ConnType::UCX, 0ms), InvalidArgumentError);
 }
 
 // connect() names the server's data port: a port it does not serve must fail, not be accepted.

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "../ctrl/child_process.hpp"
@@ -103,6 +105,39 @@ TEST_P(SessionProcessTest, ClientKilledMidTransferFailsOnlyItsOperations) {
   EXPECT_THROW(server->put(1, 0, 0, 8), NotConnectedError);
   // The survivor keeps serving its other peer.
   for (std::uint64_t i = 50; i < 100; ++i) ASSERT_TRUE(serve_round(2, i));
+}
+
+// A killed peer stays known: later operations on it, by rank or by address, raise PeerLostError
+// saying how it went (a NotConnectedError too), while a rank that never connected is only "not
+// connected".
+TEST_P(SessionProcessTest, OperationsOnAKilledClientRaisePeerLostErrorSayingHow) {
+  auto victim = spawn_client(1, -1);
+  ASSERT_TRUE(serve_round(1, 0));
+  victim->kill(SIGKILL);
+  EXPECT_EQ(victim->wait(), 128 + SIGKILL);
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!server->peers().empty() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(server->peers().empty());
+  try {
+    server->put(1, 0, 0, 8);
+    ADD_FAILURE() << "a put to a killed peer succeeded";
+  } catch (const PeerLostError& e) {
+    const std::string what = e.what();
+    std::printf("put after the kill: %s\n", what.c_str());
+    EXPECT_NE(what.find("rank 1 was lost: its "), std::string::npos) << what;  // its control or data connection
+  }
+  EXPECT_THROW(server->get(1, 0, 0, 8), PeerLostError);
+  EXPECT_THROW(server->ctrl_send(1, 7), PeerLostError);
+  EXPECT_THROW(server->resolve_peer("127.0.0.1", std::nullopt), PeerLostError);
+  EXPECT_THROW(server->put(1, 0, 0, 8), NotConnectedError);  // what callers caught before still catches it
+  try {
+    server->put(9, 0, 0, 8);
+    ADD_FAILURE() << "a put to a rank that never connected succeeded";
+  } catch (const PeerLostError& e) {
+    ADD_FAILURE() << "rank 9 never connected: " << e.what();
+  } catch (const NotConnectedError& e) {
+    EXPECT_EQ(e.status(), Status::NOT_CONNECTED);
+  }
 }
 
 // Issue 8.8 (the spin): a receiver that does not consume (stopped here; a peer in another network

@@ -105,6 +105,9 @@ class CtrlChannel {
 
   // Ranks with a live connection.
   std::vector<std::uint32_t> peers() const;
+  // How the connection to `rank` ended (e.g. a heartbeat timeout); empty while it is up, or for a
+  // rank never connected or lost long ago.
+  std::string lost_reason(std::uint32_t rank) const;
   // "tcp", "tls" or "uds" for a connected peer; NotConnectedError otherwise.
   std::string transport_of(std::uint32_t rank) const;
 

@@ -29,8 +29,22 @@ HMC_DEFINE_ERROR(UnsupportedError, UNSUPPORT);
 HMC_DEFINE_ERROR(InvalidConfigError, INVALID_CONFIG);
 HMC_DEFINE_ERROR(InvalidArgumentError, INVALID_ARGUMENT);
 HMC_DEFINE_ERROR(OutOfRangeError, OUT_OF_RANGE);
-HMC_DEFINE_ERROR(NotConnectedError, NOT_CONNECTED);
-HMC_DEFINE_ERROR(PeerLostError, PEER_LOST);
+
+class NotConnectedError : public Error {
+ public:
+  explicit NotConnectedError(const std::string& what) : Error(Status::NOT_CONNECTED, what) {}
+
+ protected:
+  NotConnectedError(Status status, const std::string& what) : Error(status, what) {}
+};
+
+// A peer that was connected and went away (status PEER_LOST); being no longer connected, it is
+// caught by `catch (const NotConnectedError&)` too.
+class PeerLostError : public NotConnectedError {
+ public:
+  explicit PeerLostError(const std::string& what) : NotConnectedError(Status::PEER_LOST, what) {}
+};
+
 HMC_DEFINE_ERROR(ProtocolError, PROTOCOL_ERROR);
 HMC_DEFINE_ERROR(CancelledError, CANCELLED);
 HMC_DEFINE_ERROR(ClosedError, CLOSED);

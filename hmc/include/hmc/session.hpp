@@ -119,11 +119,15 @@ class Session {
   // Client role: control connection + data connection both ways; returns the peer's rank (= peer_id).
   // conn RDMA picks the verbs transport for a session with no peer yet (InvalidArgumentError on a
   // session already serving UCX); conn UCX, the default, keeps the session's transport.
+  // `timeout` bounds the whole connect (default: options().timeout); a refused connection is retried
+  // until then, and a warning every 5 s says whom the call is still waiting for.
   std::uint32_t connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
-                        std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn = ConnType::UCX);
+                        std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn = ConnType::UCX,
+                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
   // SDK form: this session's rank is assigned by the server; returns the server's rank.
-  std::uint32_t connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn = ConnType::UCX);
+  std::uint32_t connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn = ConnType::UCX,
+                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   // This session's rank; NotConnectedError until init_server() or connect() gave it one.
   std::uint32_t rank() const;
 
@@ -290,6 +294,8 @@ class Session {
 
  private:
   void wait_ready(std::uint32_t rank, std::chrono::milliseconds timeout, bool dialled);
+  std::uint32_t dial(const std::string& ip, std::uint16_t ctrl_port, std::optional<std::uint32_t> peer_id,
+                     std::optional<std::uint16_t> data_port, std::optional<std::chrono::milliseconds> timeout);
   // One segment travels by value (nothing allocated per operation), a batch as its vector.
   static std::span<const Segment> segments_of(const Segment& s) noexcept { return {&s, 1}; }
   static std::span<const Segment> segments_of(const std::vector<Segment>& v) noexcept { return v; }

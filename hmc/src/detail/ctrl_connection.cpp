@@ -111,8 +111,9 @@ asio::awaitable<void> CtrlConnection::read_loop() {
       co_return;
     }
     if (ec) {
-      log().info("ctrl connection {} ({}) ended: {}", remote_, transport_, ec.message());
-      close(make_error_code(Status::PEER_LOST), ec.message());
+      const std::string why = ec == asio::error::eof ? "closed by the peer (End of file)" : ec.message();
+      log().info("ctrl connection {} ({}) ended: {}", remote_, transport_, why);
+      close(make_error_code(Status::PEER_LOST), why);
       co_return;
     }
     const FrameType t = f.header.type;

@@ -24,7 +24,13 @@ std::string decode_header(const HeaderBytes& b, std::uint32_t max_length, FrameH
   const auto type = std::to_integer<std::uint8_t>(b[5]);
   out.flags = load_le16(b.data() + 6);
   out.length = load_le32(b.data() + 8);
-  if (out.magic != kFrameMagic) return "bad magic " + std::to_string(out.magic);
+  if (out.magic != kFrameMagic) {
+    // 0x16 0x03: a TLS record carrying a handshake, i.e. a TLS ClientHello.
+    if ((out.magic & 0xFFFFu) == 0x0316u)
+      return "a TLS handshake instead of an HMC frame: the peer uses TLS and this side does not (check tls_cert, "
+             "tls_key, tls_ca / HMC_TLS_CERT, HMC_TLS_KEY, HMC_TLS_CA on both sides)";
+    return "bad magic " + std::to_string(out.magic);
+  }
   if (out.version != kFrameVersion)
     return "unknown protocol version " + std::to_string(out.version) + " (this build speaks " +
            std::to_string(kFrameVersion) + ")";

@@ -207,6 +207,7 @@ HandshakeStep ClientHandshake::on_frame(FrameType type, std::span<const std::byt
     RejectMsg r;
     if (auto why = decode_reject(payload, r); !why.empty()) return fail(RejectCode::protocol, why);
     rejected_ = r.code;
+    rejected_reason_ = r.reason;
     return fail(r.code, "server rejected HELLO: " + r.reason);
   }
   if (state_ == State::want_challenge) {

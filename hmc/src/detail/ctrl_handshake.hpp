@@ -29,6 +29,9 @@ inline constexpr std::uint32_t kAnyRank = 0xFFFFFFFFu;  // HELLO: "assign me a r
 inline constexpr std::uint32_t kMaxHandshakeFrame = 512;
 inline constexpr std::size_t kMaxUdsPath = 107;      // sockaddr_un::sun_path less the terminator
 inline constexpr std::size_t kMaxRejectReason = 256;
+// The reason of an auth_failed REJECT that a TLS server sends a client that spoke plain text (the
+// client explains it as a TLS mismatch; any other auth_failed reason means a wrong proof).
+inline constexpr const char* kRejectTlsRequired = "TLS required";
 
 // HELLO flags
 inline constexpr std::uint32_t kHelloMayUseUds = 1;  // client is on this host and may take a Unix socket
@@ -132,6 +135,7 @@ class ClientHandshake {
   const WelcomeMsg& welcome() const noexcept { return welcome_; }
   // Set when the server answered REJECT (its code), for the caller's error type.
   std::optional<RejectCode> rejected() const noexcept { return rejected_; }
+  const std::string& rejected_reason() const noexcept { return rejected_reason_; }
 
  private:
   enum class State { want_challenge, want_welcome, verified, failed };
@@ -144,6 +148,7 @@ class ClientHandshake {
   State state_ = State::want_challenge;
   WelcomeMsg welcome_;
   std::optional<RejectCode> rejected_;
+  std::string rejected_reason_;
 };
 
 }  // namespace hmc::detail

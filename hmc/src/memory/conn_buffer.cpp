@@ -10,6 +10,12 @@ namespace hmc {
 
 namespace {
 
+// What a user can change when data does not fit: the knobs by their user-facing names.
+constexpr const char* kRangeAdvice =
+    ": keep offset + size within it, create the session with a larger buffer_size (Python buffer_size=, "
+    "C++ SessionOptions::buffer_size), or register the data's memory (Python register(), C++ "
+    "Session::register_memory) and move it from there";
+
 // Staging chunk for overlapping copies on GPUs, whose device-to-device copies forbid overlap.
 constexpr std::size_t overlap_chunk = std::size_t{16} << 20;
 
@@ -39,9 +45,9 @@ ConnBuffer::~ConnBuffer() { memory_->free(data_, size_); }
 void ConnBuffer::check_range(std::size_t offset, std::size_t n) const {
   // Written as two comparisons so offset + n can never wrap around.
   if (n > size_ || offset > size_ - n)
-    throw OutOfRangeError("ConnBuffer range offset " + std::to_string(offset) + " + n " + std::to_string(n) +
-                          " does not fit in a buffer of size " + std::to_string(size_) +
-                          ": keep offset + n <= size");
+    throw OutOfRangeError(std::to_string(n) + " bytes at offset " + std::to_string(offset) +
+                          " do not fit in the session buffer of " + std::to_string(size_) + " bytes" +
+                          kRangeAdvice);
 }
 
 void ConnBuffer::write_from_cpu(const void* src, std::size_t n, std::size_t offset) {
