@@ -307,8 +307,11 @@ TEST(CallerDriven, CallDrivesTheLoopWhenNobodyElseDoes) {
   EventLoop loop;
   EXPECT_EQ(loop.call([] { return 7; }), 7);
   std::atomic<bool> stop{false};
+  std::promise<void> driving;
+  loop.submit([&] { driving.set_value(); });  // run by the leader once it holds the seat
   std::thread leader([&] { loop.run_until([&] { return stop.load(); }, in(20s)); });
-  std::this_thread::sleep_for(10ms);
+  // Not a sleep: a leader slow to start (ASan, a loaded machine) left the seat free and call() ran inline.
+  driving.get_future().wait();
   EXPECT_EQ(loop.call([] { return std::this_thread::get_id(); }), leader.get_id()) << "the driver runs it";
   loop.submit([&] { stop = true; });
   leader.join();
