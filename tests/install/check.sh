@@ -39,7 +39,14 @@ server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 for _ in $(seq 100); do grep -q listening "$work/server.log" && break; sleep 0.1; done
 UCX_NET_DEVICES=lo "$work/app/put_get_client" 127.0.0.1 "$port" 1048576
-wait $server
+# The server's own failure (its exit status and log) is what a red run needs to show.
+status=0
+wait $server || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "put_get_server exited with status $status; its log:"
+  cat "$work/server.log"
+  exit 1
+fi
 ldd "$work/app/put_get_client" | grep -q libhmc_shared.so
 for program in "$work/app/app" "$work/loopback"; do
   UCX_NET_DEVICES=lo "$program" 65536 20 4 shm event | grep -c RESULT
