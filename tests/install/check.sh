@@ -47,7 +47,9 @@ if [ "$status" -ne 0 ]; then
   cat "$work/server.log"
   exit 1
 fi
-ldd "$work/app/put_get_client" | grep -q libhmc_shared.so
+# Through a file: with pipefail, grep -q leaving early can kill ldd with SIGPIPE and fail the run.
+ldd "$work/app/put_get_client" >"$work/ldd.txt"
+grep -q libhmc_shared.so "$work/ldd.txt" || { echo "put_get_client does not load libhmc_shared.so:"; cat "$work/ldd.txt"; exit 1; }
 for program in "$work/app/app" "$work/loopback"; do
   UCX_NET_DEVICES=lo "$program" 65536 20 4 shm event | grep -c RESULT
 done
