@@ -76,7 +76,7 @@ def test_killed_peer_raises_peer_lost_within_timeout(style, tls):
                     s.get_remote("127.0.0.1", 18515, 0, 0, 1 << 20)
                 with pytest.raises(hmc.PeerLostError, match="rank 0 was lost: its "):
                     s.put_remote(0, None, 0, 0, 8)
-                with pytest.raises(hmc.NotConnectedError):  # what callers caught before still catches it
+                with pytest.raises(hmc.NotConnectedError):  # it is a NotConnectedError too
                     s.put(0, b"after the kill")
         else:
             async def main():

@@ -129,7 +129,7 @@ TEST_P(SessionProcessTest, OperationsOnAKilledClientRaisePeerLostErrorSayingHow)
   EXPECT_THROW(server->get(1, 0, 0, 8), PeerLostError);
   EXPECT_THROW(server->ctrl_send(1, 7), PeerLostError);
   EXPECT_THROW(server->resolve_peer("127.0.0.1", std::nullopt), PeerLostError);
-  EXPECT_THROW(server->put(1, 0, 0, 8), NotConnectedError);  // what callers caught before still catches it
+  EXPECT_THROW(server->put(1, 0, 0, 8), NotConnectedError);  // it is a NotConnectedError too
   try {
     server->put(9, 0, 0, 8);
     ADD_FAILURE() << "a put to a rank that never connected succeeded";

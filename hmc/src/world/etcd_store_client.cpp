@@ -33,7 +33,7 @@ constexpr std::size_t kMaxResponse = std::size_t{64} << 20;  // a range reply ca
 
 // etcd's replies to our single-key requests are a few dozen JSON elements around one base64
 // value. Parsing costs ~50 bytes per element, so a reply of millions of tiny elements (30 M in
-// 64 MiB took 1.5 GiB) is refused by counting them before any is built.
+// 64 MiB would take 1.5 GiB) is refused by counting them before any is built.
 constexpr std::size_t kMaxReplyElements = 4096;
 constexpr std::size_t kMaxWatchElements = 65536;  // the whole watch stream: events for one key
 
