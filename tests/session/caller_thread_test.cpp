@@ -47,15 +47,7 @@ class CallerThread : public ::testing::TestWithParam<Param> {
   }
   // A server with its own thread and a caller-driven client, connected.
   void connect_to_own_thread_server() {
-    server = std::make_unique<Session>(options(ProgressThread::own));
-    server->init_server("127.0.0.1", kDataPort, 0, 0, 0, dir);
-    client = std::make_unique<Session>(options(ProgressThread::caller));
-    ASSERT_EQ(client->connect(0, 1, "127.0.0.1", kDataPort, server->ctrl_port()), 0u);
-    // The server's side is ready once its endpoint is wired up, which over tcp needs the client's
-    // loop: a caller-driven client progresses only when called, so drive it while waiting.
-    auto ready = std::async(std::launch::async, [&] { server->wait_peer(1, 10s); });
-    while (ready.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) client->progress();
-    ready.get();
+    test::connect_pair(options(ProgressThread::own), options(ProgressThread::caller), dir, kDataPort, server, client);
   }
 
   std::string dir;

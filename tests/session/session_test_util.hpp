@@ -13,6 +13,7 @@
 #include <iterator>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +62,24 @@ inline SessionOptions session_options(const std::string& tls, runtime::ProgressM
   o.timeout = std::chrono::seconds(20);
   o.ctrl.uds_dir = uds_dir;
   return o;
+}
+
+// A server with its own progress thread and a client made with `client_options`, connected as ranks
+// 0 and 1. The server's side is ready once its endpoint is wired up, which over tcp needs the
+// client's loop: a caller-driven client progresses only when called, so it is driven meanwhile.
+inline void connect_pair(const SessionOptions& server_options, const SessionOptions& client_options,
+                         const std::string& uds_dir, std::uint16_t data_port, std::unique_ptr<Session>& server,
+                         std::unique_ptr<Session>& client) {
+  SessionOptions own = server_options;
+  own.progress_thread = ProgressThread::own;
+  server = std::make_unique<Session>(own);
+  server->init_server("127.0.0.1", data_port, 0, 0, 0, uds_dir);
+  client = std::make_unique<Session>(client_options);
+  if (client->connect(0, 1, "127.0.0.1", data_port, server->ctrl_port()) != 0)
+    throw std::runtime_error("connect_pair: connect() did not return rank 0");
+  auto ready = std::async(std::launch::async, [&] { server->wait_peer(1, std::chrono::seconds(20)); });
+  while (ready.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) (void)client->progress();
+  ready.get();
 }
 
 // A session's loop thread, watched through /proc: how often it wakes up and how much CPU it uses.

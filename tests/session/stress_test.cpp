@@ -88,14 +88,7 @@ class Stress : public ::testing::TestWithParam<Cell> {
   }
 
   void connect() {
-    server = std::make_unique<Session>(options(ProgressThread::own));
-    server->init_server("127.0.0.1", kDataPort, 0, 0, 0, dir);
-    client = std::make_unique<Session>(options(GetParam().thread));
-    ASSERT_EQ(client->connect(0, 1, "127.0.0.1", kDataPort, server->ctrl_port()), 0u);
-    // A caller-driven client progresses only when called: drive it while the server waits for it.
-    auto ready = std::async(std::launch::async, [&] { server->wait_peer(1, 20s); });
-    while (ready.wait_for(1ms) != std::future_status::ready) (void)client->progress();
-    ready.get();
+    test::connect_pair(options(ProgressThread::own), options(GetParam().thread), dir, kDataPort, server, client);
   }
 
   // Waits for a non-blocking put or get: a caller-driven session must be driven by the waiter.
