@@ -173,6 +173,55 @@ TEST_F(StoreTest, AWrongKeyIsAnAuthenticationErrorOnBothSides) {
   good.set("ok", "1");
 }
 
+// Bytes until `n` arrived, the peer closed, or 2 s passed.
+std::vector<std::byte> read_exactly(int fd, std::size_t n) {
+  timeval tv{2, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::vector<std::byte> out(n);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::recv(fd, out.data() + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  out.resize(got);
+  return out;
+}
+
+// The client proves the key first: a connection without it gets the server's nonce and then a
+// REJECT, never a MAC of the key it could attack offline.
+TEST_F(StoreTest, AConnectionWithoutTheKeyNeverSeesAProofOfIt) {
+  namespace wire = detail::store_wire;
+  const int fd = raw_connect(port);
+  ASSERT_GE(fd, 0);
+  std::vector<std::byte> hello(33, std::byte{7});
+  hello[32] = std::byte{1};  // wants authentication
+  const auto frame = wire::encode_frame(wire::FrameType::hello, 0, hello);
+  ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+
+  wire::Header h;
+  auto bytes = read_exactly(fd, wire::kHeaderSize);
+  ASSERT_EQ(bytes.size(), wire::kHeaderSize);
+  ASSERT_EQ(wire::decode_header(bytes, 4096, h), "");
+  EXPECT_EQ(h.type, wire::FrameType::challenge);
+  EXPECT_EQ(h.length, 32u) << "the challenge carries the server's nonce and nothing else";
+  ASSERT_EQ(read_exactly(fd, h.length).size(), h.length);
+
+  const std::vector<std::byte> guess(32, std::byte{0});
+  const auto proof = wire::encode_frame(wire::FrameType::proof, 0, guess);
+  ASSERT_EQ(::send(fd, proof.data(), proof.size(), MSG_NOSIGNAL), static_cast<ssize_t>(proof.size()));
+  bytes = read_exactly(fd, wire::kHeaderSize);
+  ASSERT_EQ(bytes.size(), wire::kHeaderSize);
+  ASSERT_EQ(wire::decode_header(bytes, 4096, h), "");
+  EXPECT_EQ(h.type, wire::FrameType::reject);
+  const auto reason = read_exactly(fd, h.length);
+  EXPECT_NE(std::string(reinterpret_cast<const char*>(reason.data()), reason.size()).find("authentication failed"),
+            std::string::npos);
+  EXPECT_TRUE(closed_by_server(fd, 2s));
+  ::close(fd);
+}
+
 // A World given its Session's key only proves that key to the store too (one key per job, as the
 // control channel), and a Session's opt-out is the store's: here a store without authentication.
 TEST_F(StoreTest, AWorldsStoreProvesTheKeyOfItsSession) {

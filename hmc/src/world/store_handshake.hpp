@@ -1,10 +1,11 @@
 #pragma once
 // The embedded store's mutual authentication, on security/auth.hpp's primitives:
 //   client -> hello:     client nonce (32) | wants_auth (1)
-//   server -> challenge: server nonce (32) | HMAC(key, "hmc-store server" | client nonce | server nonce)
+//   server -> challenge: server nonce (32)
 //   client -> proof:     HMAC(key, "hmc-store client" | server nonce | client nonce)
-//   server -> welcome, or reject (reason) and close
-// Each side proves the key over the other's fresh nonce; distinct labels stop a reflected proof.
+//   server -> welcome:   HMAC(key, "hmc-store server" | client nonce | server nonce), or reject (reason) and close
+// The client proves first: a connection without the key never sees a MAC of the key to attack
+// offline. Each side proves over the other's fresh nonce; distinct labels stop a reflected proof.
 #include <span>
 
 #include "hmc/session.hpp"
@@ -14,7 +15,8 @@
 namespace hmc::detail {
 
 inline constexpr std::size_t kStoreHelloSize = 33;
-inline constexpr std::size_t kStoreChallengeSize = 64;
+inline constexpr std::size_t kStoreChallengeSize = 32;
+inline constexpr std::size_t kStoreWelcomeSize = 32;
 
 inline Mac store_server_proof(const AuthKey& key, const Nonce& client_nonce, const Nonce& server_nonce) {
   static const std::string label = "hmc-store server";

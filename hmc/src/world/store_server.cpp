@@ -171,7 +171,7 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     if (auto why = co_await conn->stream->read(256, opts.handshake_timeout, h, p); !why.empty()) co_return why;
     if (h.type != wire::FrameType::hello || p.size() != kStoreHelloSize) co_return "expected a HELLO frame";
     handshaking.set_spoke(conn);
-    Nonce client_nonce;
+    Nonce client_nonce{}, server_nonce{};
     std::copy_n(p.begin(), client_nonce.size(), client_nonce.begin());
     const bool wants_auth = p[32] != std::byte{0};
     if (wants_auth != opts.authenticate) {
@@ -181,11 +181,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
       co_return reason;
     }
     if (opts.authenticate) {
-      const Nonce server_nonce = random_nonce();
-      const Mac mine = store_server_proof(key, client_nonce, server_nonce);
-      std::vector<std::byte> challenge(server_nonce.begin(), server_nonce.end());
-      challenge.insert(challenge.end(), mine.begin(), mine.end());
-      conn->stream->write(wire::encode_frame(wire::FrameType::challenge, 0, challenge));
+      server_nonce = random_nonce();
+      conn->stream->write(wire::encode_frame(wire::FrameType::challenge, 0, server_nonce));
       if (auto why = co_await conn->stream->read(256, opts.handshake_timeout, h, p); !why.empty()) co_return why;
       Mac theirs{};
       if (h.type != wire::FrameType::proof || p.size() != theirs.size()) co_return "expected a PROOF frame";
@@ -198,7 +195,12 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     }
     // Authenticated: out of the table before the WELCOME, so that no newcomer can evict it now.
     if (!handshaking.remove(conn)) co_return std::string("evicted");
-    conn->stream->write(wire::encode_frame(wire::FrameType::welcome, 0, {}));
+    if (opts.authenticate) {
+      conn->stream->write(
+          wire::encode_frame(wire::FrameType::welcome, 0, store_server_proof(key, client_nonce, server_nonce)));
+    } else {
+      conn->stream->write(wire::encode_frame(wire::FrameType::welcome, 0, {}));
+    }
     co_return std::string{};
   }
 

@@ -115,17 +115,20 @@ asio::awaitable<std::string> TcpStoreClient::handshake(bool& auth_refused) {
       co_return std::string("the server sent no authentication challenge (not an HMC store?)");
     }
     Nonce theirs{};
-    Mac proof{};
     std::copy_n(p.begin(), theirs.size(), theirs.begin());
-    std::copy_n(p.begin() + theirs.size(), proof.size(), proof.begin());
+    stream_->write(wire::encode_frame(wire::FrameType::proof, 0, store_client_proof(key_, theirs, mine)));
+    if (auto why = co_await stream_->read(4096, frame_time, h, p); !why.empty()) co_return why;
+    if (h.type == wire::FrameType::reject) co_return rejected();
+    Mac proof{};
+    if (h.type != wire::FrameType::welcome || p.size() != kStoreWelcomeSize) {
+      auth_refused = true;
+      co_return std::string("the server answered the proof without proving the key (not an HMC store?)");
+    }
+    std::copy_n(p.begin(), proof.size(), proof.begin());
     if (!macs_equal(proof, store_server_proof(key_, mine, theirs))) {
       auth_refused = true;
       co_return std::string("authentication failed: the server does not hold this client's key");
     }
-    const Mac answer = store_client_proof(key_, theirs, mine);
-    stream_->write(wire::encode_frame(wire::FrameType::proof, 0, answer));
-    if (auto why = co_await stream_->read(4096, frame_time, h, p); !why.empty()) co_return why;
-    if (h.type == wire::FrameType::reject) co_return rejected();
   }
   if (h.type != wire::FrameType::welcome) {
     auth_refused = true;
