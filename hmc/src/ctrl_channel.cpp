@@ -127,9 +127,14 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   }
 
   struct Peer {
-    explicit Peer(runtime::loop_executor e) : inbox(e) {}
+    Peer(runtime::loop_executor e, std::shared_ptr<std::size_t> total) : inbox(e), inbox_total(std::move(total)) {}
+    Peer(const Peer&) = delete;
+    Peer& operator=(const Peer&) = delete;
+    // Whatever it still holds leaves the total with it, however the peer goes.
+    ~Peer() { *inbox_total -= std::min(*inbox_total, inbox_bytes); }
     std::shared_ptr<CtrlConnection> conn;  // null before the rank first connected and after it is lost
     runtime::AsyncQueue<CtrlMessage> inbox;
+    std::shared_ptr<std::size_t> inbox_total;  // the channel's sum of inbox_bytes, for total_inbox_budget
     std::size_t inbox_bytes = 0;  // what inbox holds (or hands to a waiter), for inbox_budget
     bool ever_connected = false;  // false: a placeholder made by a receive that waits for the rank
     std::string lost_why;         // how the last connection ended
@@ -189,15 +194,40 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   }
 
   void push_message(const std::shared_ptr<Peer>& p, CtrlMessage m) {
-    p->inbox_bytes += inbox_cost(m);
+    const std::size_t cost = inbox_cost(m);
+    p->inbox_bytes += cost;
+    *inbox_total += cost;
     p->inbox.push(std::move(m));
-    if (p->inbox_bytes > opts.inbox_budget && p->conn) p->conn->pause_reading();
+    if (p->conn && holds_more_than(*p, 1)) p->conn->pause_reading();
   }
+
+  // Over its own budget, or, while all inboxes together are over theirs, over an even share of
+  // it: a peer whose messages are being received keeps flowing while the hoarders wait. `fraction`
+  // 2 asks the same of half the budgets (where reading resumes).
+  bool holds_more_than(const Peer& p, std::size_t fraction) const {
+    if (p.inbox_bytes > opts.inbox_budget / fraction) return true;
+    const std::size_t share = opts.total_inbox_budget / std::max<std::size_t>(1, peers.size());
+    return *inbox_total > opts.total_inbox_budget / fraction && p.inbox_bytes > share / fraction;
+  }
+
+  // After a receive took `cost` bytes from p's inbox.
+  void drained(Peer& p, std::size_t cost) {
+    const bool total_was_over = *inbox_total > opts.total_inbox_budget / 2;
+    p.inbox_bytes -= std::min(p.inbox_bytes, cost);
+    *inbox_total -= std::min(*inbox_total, cost);
+    if (p.conn && !holds_more_than(p, 2)) p.conn->resume_reading();
+    if (!total_was_over || *inbox_total > opts.total_inbox_budget / 2) return;
+    // The total fell to half: peers paused for their share only may read again.
+    for (const auto& [rank, other] : peers)
+      if (other->conn && !holds_more_than(*other, 2)) other->conn->resume_reading();
+  }
+
+  std::shared_ptr<Peer> new_peer() { return std::make_shared<Peer>(ex, inbox_total); }
 
   void add_peer(std::uint32_t rank, const std::shared_ptr<CtrlConnection>& conn) {
     auto& slot = peers[rank];
     // A rank that reconnects after a loss starts with a fresh inbox; a waiting receive's placeholder is kept.
-    if (!slot || slot->ever_connected) slot = std::make_shared<Peer>(ex);
+    if (!slot || slot->ever_connected) slot = new_peer();
     slot->conn = conn;
     slot->ever_connected = true;
     std::weak_ptr<Peer> weak_peer = slot;
@@ -766,6 +796,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   AuthKey key;
   std::string key_origin;  // where `key` came from, for a client's "different keys" error
   std::unique_ptr<asio::ssl::context> tls;
+  std::shared_ptr<std::size_t> inbox_total = std::make_shared<std::size_t>(0);
   std::map<std::uint32_t, std::shared_ptr<Peer>> peers;
   runtime::AsyncReadySet<std::uint32_t> connected;  // ranks with a live connection, for async_wait_peer
   HandshakeTable<CtrlConnection> handshaking{opts.max_handshakes, opts.max_handshakes_per_source};
@@ -850,9 +881,16 @@ void CtrlChannel::stop_listening() {
   loop_.call([&] { impl_->stop_listening(); });
 }
 
-void CtrlChannel::deliver(std::uint32_t rank, CtrlMessage message) {
-  loop_.call([&] {
-    if (impl_->alive(rank)) impl_->push_message(impl_->peers.at(rank), std::move(message));
+bool CtrlChannel::deliver(std::uint32_t rank, CtrlMessage message) {
+  return loop_.call([&] {
+    if (!impl_->alive(rank)) return true;
+    const auto& p = impl_->peers.at(rank);
+    const std::size_t cost = detail::inbox_cost(message);
+    if (p->inbox_bytes + cost > 2 * impl_->opts.inbox_budget ||
+        *impl_->inbox_total + cost > 2 * impl_->opts.total_inbox_budget)
+      return false;
+    impl_->push_message(p, std::move(message));
+    return true;
   });
 }
 
@@ -943,7 +981,7 @@ void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& imp
   const std::string what = "ctrl_recv from rank " + std::to_string(rank);
   if (impl->closed) return impl->complete(std::move(h), make_error_code(Status::CLOSED), what, CtrlMessage{});
   auto& slot_ref = impl->peers[rank];
-  if (!slot_ref) slot_ref = std::make_shared<detail::CtrlChannelImpl::Peer>(impl->ex);  // wait for rank to connect
+  if (!slot_ref) slot_ref = impl->new_peer();  // wait for rank to connect
   std::weak_ptr<detail::CtrlChannelImpl::Peer> weak_peer = slot_ref;
   auto slot = runtime::asio::get_associated_cancellation_slot(h);
   slot_ref->inbox.async_pop(
@@ -953,8 +991,7 @@ void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& imp
             std::string context = what;
             if (auto p = weak_peer.lock()) {
               if (!ec) {
-                p->inbox_bytes -= std::min(p->inbox_bytes, detail::inbox_cost(msg));
-                if (p->conn && p->inbox_bytes <= impl->opts.inbox_budget / 2) p->conn->resume_reading();
+                impl->drained(*p, detail::inbox_cost(msg));
               } else if (ec == make_error_code(Status::PEER_LOST) && !p->lost_why.empty()) {
                 context += " (its connection ended: " + p->lost_why + ")";
               } else if (!p->ever_connected) {

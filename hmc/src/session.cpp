@@ -172,21 +172,46 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     }
     ++fast_received[rank];
     if (fast_recv.count(rank) != 0) {
-      ctrl->deliver(rank, std::move(*m));
-    } else if (fast_early[rank].size() < kMaxEarly) {
-      fast_early[rank].push_back(std::move(*m));
+      if (!ctrl->deliver(rank, std::move(*m))) return outran(rank);
     } else {
-      log().error("rank {} sent over {} fast-path messages before its SWITCH; disconnecting it", rank, kMaxEarly);
-      return peer_down(rank, "it sent too many fast-path messages before its SWITCH and was disconnected");
+      // Held until the SWITCH: bounded per peer and over all peers, in messages and in bytes.
+      Early& e = fast_early[rank];
+      const std::size_t size = m->bytes().size();
+      if (e.messages.size() >= kMaxEarly || e.bytes + size > opts.ctrl.inbox_budget ||
+          early_bytes + size > opts.ctrl.total_inbox_budget) {
+        log().error("rank {} sent over {} fast-path messages or {} bytes before its SWITCH; disconnecting it", rank,
+                    kMaxEarly, opts.ctrl.inbox_budget);
+        return peer_down(rank, "it sent too many fast-path messages before its SWITCH and was disconnected");
+      }
+      e.bytes += size;
+      early_bytes += size;
+      e.messages.push_back(std::move(*m));
     }
     if (departing.count(rank) != 0) depart_when_ready(rank);
   }
 
   void fast_switch(std::uint32_t rank) {
     fast_recv.insert(rank);
-    auto early = std::move(fast_early[rank]);
-    fast_early.erase(rank);
-    for (auto& m : early) ctrl->deliver(rank, std::move(m));
+    auto early = take_early(rank);
+    for (auto& m : early)
+      if (!ctrl->deliver(rank, std::move(m))) return outran(rank);
+  }
+
+  std::vector<CtrlMessage> take_early(std::uint32_t rank) {
+    auto it = fast_early.find(rank);
+    if (it == fast_early.end()) return {};
+    early_bytes -= std::min(early_bytes, it->second.bytes);
+    std::vector<CtrlMessage> out = std::move(it->second.messages);
+    fast_early.erase(it);
+    return out;
+  }
+
+  // The fast path cannot be paused as the socket can: a sender that keeps it full is cut off.
+  void outran(std::uint32_t rank) {
+    log().error("rank {}'s fast-path control messages outran ctrl_recv by twice the inbox budget; disconnecting it",
+                rank);
+    peer_down(rank, "its control messages outran ctrl_recv by twice the inbox budget (CtrlOptions::inbox_budget, "
+                    "total_inbox_budget) and it was disconnected");
   }
 
   // The peer's data-plane info arrived (before any later control message of theirs): connect to it.
@@ -231,7 +256,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     ready.fail(rank, make_error_code(Status::PEER_LOST));
     fast_send.erase(rank);
     fast_recv.erase(rank);
-    fast_early.erase(rank);
+    (void)take_early(rank);
     fast_sent.erase(rank);
     fast_received.erase(rank);
     bye_seen.erase(rank);
@@ -565,8 +590,13 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::map<std::uint64_t, AddressWaiter> address_waiters;  // one per blocked caller: bounded by callers
   std::uint64_t next_waiter = 0;
   std::set<std::uint32_t> fast_send, fast_recv;             // ranks whose control messages use the fast path
-  std::map<std::uint32_t, std::vector<CtrlMessage>> fast_early;  // fast-path messages that overtook the SWITCH
-  static constexpr std::size_t kMaxEarly = 4096;            // a sender cannot make us hold more
+  struct Early {
+    std::vector<CtrlMessage> messages;
+    std::size_t bytes = 0;
+  };
+  std::map<std::uint32_t, Early> fast_early;  // fast-path messages that overtook the SWITCH
+  std::size_t early_bytes = 0;                // over every peer's Early
+  static constexpr std::size_t kMaxEarly = 4096;  // a sender cannot make us hold more
   std::map<std::uint32_t, Loss> linked;  // ranks whose control connection is up, with their names once ready
   std::map<std::uint32_t, Loss> lost;
   std::deque<std::pair<std::uint32_t, std::uint64_t>> lost_order;  // (rank, seq), oldest first

@@ -358,6 +358,54 @@ TEST_F(CtrlAuthTest, AFullInboxStopsReadingAndTheSenderWaitsThenEverythingArrive
   EXPECT_EQ(srv.peers(), std::vector<std::uint32_t>{1}) << "backpressure must not cost the connection";
 }
 
+// All inboxes together stay bounded: with a 2 MiB total, four peers that send 16 MiB each without
+// being received stop being read, while a fifth, whose messages are received, keeps flowing.
+TEST_F(CtrlAuthTest, AllInboxesTogetherStopAtTheirTotalAndAReceivedPeerStillFlows) {
+  CtrlOptions o = keyed("right key", dir);
+  o.inbox_budget = 64u << 20;  // no single peer reaches its own budget
+  o.total_inbox_budget = 2u << 20;
+  CtrlChannel srv(loop, 0, o);
+  const auto p = srv.listen("127.0.0.1", 0);
+  constexpr int kHoarders = 4, kMessages = 32;  // 32 x 512 KiB each, far beyond the socket buffers
+  std::vector<std::unique_ptr<CtrlChannel>> hoarders;
+  std::atomic<int> sent{0};
+  for (int h = 0; h < kHoarders; ++h) {
+    hoarders.push_back(std::make_unique<CtrlChannel>(loop, static_cast<std::uint32_t>(h + 1), o));
+    hoarders.back()->async_connect("127.0.0.1", p, 5s, asio::use_future).get();
+    for (int i = 0; i < kMessages; ++i) {
+      std::vector<std::byte> m(512u << 10, static_cast<std::byte>(i));
+      hoarders.back()->async_send(0, CtrlMessage::from_bytes(m), [&](std::exception_ptr e) {
+        if (!e) ++sent;
+      });
+    }
+  }
+  int last = -1;
+  for (int i = 0; i < 40 && sent.load() != last; ++i) {
+    last = sent.load();
+    std::this_thread::sleep_for(500ms);
+  }
+  std::printf("with a 2 MiB total inbox budget, %d of %d sends of 512 KiB from %d peers reached the kernel\n",
+              sent.load(), kHoarders * kMessages, kHoarders);
+  EXPECT_LT(sent.load(), kHoarders * kMessages) << "the receiver kept reading past the total inbox budget";
+
+  CtrlChannel fifth(loop, 9, o);
+  fifth.async_connect("127.0.0.1", p, 5s, asio::use_future).get();
+  for (std::uint64_t i = 0; i < 20; ++i) {
+    fifth.async_send(0, CtrlMessage::from_tag(i), asio::use_future).get();
+    EXPECT_EQ(srv.async_recv(9, 5s, asio::use_future).get().tag(), i);
+  }
+
+  for (int h = 0; h < kHoarders; ++h)
+    for (int i = 0; i < kMessages; ++i) {
+      const CtrlMessage m = srv.async_recv(static_cast<std::uint32_t>(h + 1), 10s, asio::use_future).get();
+      ASSERT_EQ(m.bytes().size(), 512u << 10);
+      ASSERT_EQ(m.bytes()[0], static_cast<std::byte>(i));
+    }
+  for (int i = 0; i < 500 && sent.load() != kHoarders * kMessages; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(sent.load(), kHoarders * kMessages);
+  EXPECT_EQ(srv.peers().size(), kHoarders + 1u) << "backpressure must not cost a connection";
+}
+
 TEST_F(CtrlAuthTest, APartialFrameThatStallsIsClosed) {
   CtrlOptions o = keyed("right key", dir);
   o.heartbeat_interval = 0ms;  // liveness off: only the partial-frame timeout can act

@@ -169,6 +169,7 @@ class HostilePeerTest : public ::testing::Test {
   void SetUp() override {
     auto o = test::session_options("tcp", runtime::ProgressMode::event, 1u << 20, dir);
     o.ctrl.max_frame_length = 64u << 10;  // so that an oversized fast-path message is cheap to make
+    o.ctrl.inbox_budget = 256u << 10;     // and so is filling an inbox
     server = std::make_unique<Session>(o);
     server->init_server("127.0.0.1", 1, 0, 0, 0, dir);
     client = std::make_unique<Session>(test::session_options("tcp", runtime::ProgressMode::event, 1u << 20, dir));
@@ -196,8 +197,8 @@ class HostilePeerTest : public ::testing::Test {
   std::unique_ptr<Session> server, client;
 };
 
-// Issue 9: the sender of a fast-path message is who the transport identifies, never what its
-// header says. The old header was the sender's rank; a forged one landed in rank 1's inbox.
+// The sender of a fast-path message is who the transport identifies, never what its header says:
+// a header naming rank 1 does not land in rank 1's inbox.
 TEST_F(HostilePeerTest, ForgedFastPathSenderIsDropped) {
   RawCtrlPeer ctrl(9, dir);
   const detail::UcxPeerInfo info = ctrl.connect(server->ctrl_port());
@@ -215,7 +216,7 @@ TEST_F(HostilePeerTest, ForgedFastPathSenderIsDropped) {
   real_client_still_served();
 }
 
-// Issue 9: a fast-path message over the limit is refused before anything is allocated for it, and
+// A fast-path message over the limit is refused before anything is allocated for it, and
 // its sender (identified by the secret it was given) is disconnected.
 TEST_F(HostilePeerTest, OversizedFastPathMessageDisconnectsItsSender) {
   RawCtrlPeer ctrl(9, dir);
@@ -233,7 +234,47 @@ TEST_F(HostilePeerTest, OversizedFastPathMessageDisconnectsItsSender) {
   real_client_still_served();
 }
 
-// Issue 9: a second peer info for a live peer used to tear down its working endpoint (and fail its
+// Fast-path messages held before the sender's SWITCH are bounded in bytes (the inbox budget), not
+// only in number: past it the sender is disconnected and nothing it sent is delivered.
+TEST_F(HostilePeerTest, FastPathBytesBeforeTheSwitchPastTheInboxBudgetDisconnectTheSender) {
+  RawCtrlPeer ctrl(9, dir);
+  const detail::UcxPeerInfo info = ctrl.connect(server->ctrl_port());
+  RawUcxPeer raw("tcp");
+  raw.connect(info.worker_address);
+  ASSERT_TRUE(raw.ok());
+  std::array<std::byte, 12> header{};
+  detail::store_le32(header.data(), 0x31464d48);
+  detail::store_le64(header.data() + 4, info.fast_token);
+  std::vector<std::byte> body(60u << 10, std::byte{5});  // under max_frame_length
+  body[0] = static_cast<std::byte>(CtrlKind::bytes);
+  for (int i = 0; i < 8; ++i) raw.send(header, body);  // 480 KiB, never a SWITCH
+  EXPECT_TRUE(ctrl.dropped_within(10s)) << "480 KiB held before the SWITCH with a 256 KiB inbox budget";
+  real_client_still_served();
+}
+
+// After the SWITCH a fast-path sender cannot be paused as a socket can: one that keeps sending while
+// nothing is received is disconnected at twice the inbox budget, and the receiver says why.
+TEST_F(HostilePeerTest, AFastPathSenderThatOutrunsCtrlRecvIsDisconnected) {
+  for (int i = 0; i < 12; ++i) {  // 12 x 60 KiB = 720 KiB > 2 x 256 KiB
+    std::vector<std::byte> m(60u << 10, static_cast<std::byte>(i));
+    try {
+      client->async_ctrl_send(0, CtrlMessage::from_bytes(m), runtime::asio::use_future).get();
+    } catch (const Error&) {
+      break;  // the server may have cut us off already
+    }
+  }
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!server->peers().empty() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(server->peers().empty()) << "a sender 720 KiB ahead of ctrl_recv is still connected";
+  try {
+    server->put(1, 0, 0, 8);
+    FAIL() << "a put to the disconnected sender succeeded";
+  } catch (const PeerLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("outran ctrl_recv"), std::string::npos) << e.what();
+  }
+}
+
+// A second peer info for a live peer would tear down its working endpoint (and fail its
 // operations) on the peer's say-so. It is a protocol violation: the offender is disconnected.
 TEST_F(HostilePeerTest, SecondPeerInfoForALivePeerDisconnectsIt) {
   RawCtrlPeer ctrl(9, dir);

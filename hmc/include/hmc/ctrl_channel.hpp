@@ -100,8 +100,10 @@ class CtrlChannel {
   }
 
   // Hands a message that arrived by another path (the Session's UCX fast path) to rank's inbox,
-  // behind everything already received from it. Dropped when rank is not connected.
-  void deliver(std::uint32_t rank, CtrlMessage message);
+  // behind everything already received from it. Dropped when rank is not connected. That path
+  // cannot be paused: false when the inbox already holds twice its budget (or all inboxes twice
+  // theirs), and the message is dropped; the caller then disconnects the sender.
+  bool deliver(std::uint32_t rank, CtrlMessage message);
 
   // Ranks with a live connection.
   std::vector<std::uint32_t> peers() const;

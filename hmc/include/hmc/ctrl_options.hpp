@@ -49,6 +49,9 @@ struct CtrlOptions {
   std::size_t max_handshakes_per_source = 16;
   std::size_t max_connections = 1024;   // accepted connections in all (handshaking + peers)
   std::size_t inbox_budget = 64u << 20; // bytes queued for ctrl_recv per peer before reading pauses
+  // Bytes queued for ctrl_recv over all peers: past it, a peer holding more than an even share of
+  // it stops being read too, so the total stays bounded however many peers connect.
+  std::size_t total_inbox_budget = 256u << 20;
 
   // Defaults, overridden by CTRL_TRANSPORT=tcp|uds|auto, HMC_CTRL_UDS_DIR and HMC_TLS_CERT /
   // HMC_TLS_KEY / HMC_TLS_CA; INVALID_CONFIG on a bad value.
