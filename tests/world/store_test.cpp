@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "hmc/world/store_server.hpp"
 #include "hmc/world/world.hpp"
 #include "hmc/runtime/log.hpp"
+#include "world/store_handshake.hpp"
 #include "world/store_wire.hpp"
 #include "../hostile/flood.hpp"
 
@@ -347,6 +349,108 @@ long rss_kib() {
   while (std::getline(f, line))
     if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
   return -1;
+}
+
+// An authenticated connection made by hand (the store's handshake with the test key), reading little
+// (a small receive buffer), for requests no client would send without reading the replies.
+int raw_authenticated(std::uint16_t port) {
+  namespace wire = detail::store_wire;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const detail::Nonce mine = detail::random_nonce();
+  std::vector<std::byte> hello(mine.begin(), mine.end());
+  hello.push_back(std::byte{1});
+  const auto f1 = wire::encode_frame(wire::FrameType::hello, 0, hello);
+  (void)::send(fd, f1.data(), f1.size(), MSG_NOSIGNAL);
+  wire::Header h;
+  auto head = read_exactly(fd, wire::kHeaderSize);
+  if (head.size() != wire::kHeaderSize || !wire::decode_header(head, 4096, h).empty()) return fd;
+  const auto challenge = read_exactly(fd, h.length);
+  detail::Nonce theirs{};
+  std::copy_n(challenge.begin(), std::min(challenge.size(), theirs.size()), theirs.begin());
+  const std::string k = "store-test-key";
+  const detail::AuthKey key(reinterpret_cast<const std::byte*>(k.data()), reinterpret_cast<const std::byte*>(k.data()) + k.size());
+  const auto f2 = wire::encode_frame(wire::FrameType::proof, 0, detail::store_client_proof(key, theirs, mine));
+  (void)::send(fd, f2.data(), f2.size(), MSG_NOSIGNAL);
+  head = read_exactly(fd, wire::kHeaderSize);
+  if (head.size() == wire::kHeaderSize && wire::decode_header(head, 4096, h).empty()) (void)read_exactly(fd, h.length);
+  return fd;
+}
+
+void send_request(int fd, std::uint32_t id, const detail::store_wire::Request& r) {
+  namespace wire = detail::store_wire;
+  const auto f = wire::encode_frame(wire::FrameType::request, id, wire::encode_request(r));
+  for (std::size_t sent = 0; sent < f.size();) {
+    const ssize_t n = ::send(fd, f.data() + sent, f.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    ASSERT_GT(n, 0) << "send: " << std::strerror(errno);
+    sent += static_cast<std::size_t>(n);
+  }
+}
+
+// Replies waiting for clients that do not read are bounded over all connections, not only per
+// connection: 24 connections each asking 4 times for a 4 MiB value and reading nothing would hold
+// ~384 MiB within their own bounds; past max_queued_replies the server closes them instead.
+TEST_F(StoreTest, RepliesWaitingForClientsThatDoNotReadAreBoundedInAll) {
+  server.reset();
+  auto so = server_options();
+  so.max_value_size = 4u << 20;
+  so.max_queued_replies = 16u << 20;
+  server = std::make_unique<StoreServer>(so);
+  port = server->listen("127.0.0.1", 0);
+  url = "tcp://127.0.0.1:" + std::to_string(port);
+  Store good(url, client_options());
+
+  detail::store_wire::Request set;
+  set.op = detail::store_wire::Op::set;
+  set.key = "big";
+  set.value = std::string(4u << 20, 'v');
+  const int setter = raw_authenticated(port);
+  ASSERT_GE(setter, 0);
+  send_request(setter, 1, set);
+  ASSERT_FALSE(read_exactly(setter, detail::store_wire::kHeaderSize).empty()) << "the set was not answered";
+
+  constexpr int kConns = 24, kGets = 4;
+  detail::store_wire::Request get;
+  get.op = detail::store_wire::Op::get;
+  get.key = "big";
+  get.timeout = 1000ms;
+  const long before = rss_kib();
+  std::vector<int> fds;
+  for (int c = 0; c < kConns; ++c) {
+    fds.push_back(raw_authenticated(port));
+    ASSERT_GE(fds.back(), 0);
+    for (int g = 0; g < kGets; ++g) send_request(fds.back(), static_cast<std::uint32_t>(g + 1), get);
+  }
+  // Until the server has answered or closed them all: its connection count stops changing.
+  std::size_t last = 0, now = server->connections();
+  for (int i = 0; i < 40 && now != last; ++i) {
+    std::this_thread::sleep_for(250ms);
+    last = now;
+    now = server->connections();
+  }
+  const long held = rss_kib() - before;
+  int closed = 0;
+  for (int fd : fds) {
+    closed += closed_by_server(fd, 300ms) ? 1 : 0;
+    ::close(fd);
+  }
+  ::close(setter);
+  std::printf("%d connections x %d gets of 4 MiB, reading nothing: %d closed by the server, RSS +%ld MiB while "
+              "they waited (max_queued_replies 16 MiB)\n",
+              kConns, kGets, closed, held / 1024);
+  EXPECT_GT(closed, 0) << "every connection kept its replies queued: nothing bounds them in all";
+  good.set("still", "served");
+  EXPECT_EQ(good.get("still", 1s), "served");
 }
 
 class StoreFlood : public StoreTest, public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {

@@ -103,7 +103,7 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
       auto ep = s.remote_endpoint(ec);
       conn->remote = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
       // Replies queued for a client that stops reading: a few maximal values, then it is cut off.
-      conn->stream = std::make_shared<StoreStream>(std::move(s), 4 * opts.max_value_size + (1u << 20));
+      conn->stream = std::make_shared<StoreStream>(std::move(s), 4 * opts.max_value_size + (1u << 20), reply_budget);
       const std::string source = source_of(conn->remote);
       if (auto victim = handshaking.victim(source, full)) evict(victim, source, full);
       handshaking.add(conn, source, false, frame_waiting(conn->stream->socket().native_handle()));
@@ -401,6 +401,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
   AuthKey key;
   std::optional<tcp::acceptor> acceptor;
   std::set<std::shared_ptr<Conn>> conns;
+  std::shared_ptr<StoreStream::QueueBudget> reply_budget =
+      std::make_shared<StoreStream::QueueBudget>(StoreStream::QueueBudget{0, opts.max_queued_replies});
   HandshakeTable<Conn> handshaking{opts.max_handshakes, opts.max_handshakes_per_source};  // not yet authenticated
   std::shared_ptr<ThrottledLog> handshake_log = std::make_shared<ThrottledLog>(ex, "store");
   std::unordered_map<std::string, std::string> data;

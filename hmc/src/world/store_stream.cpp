@@ -9,8 +9,16 @@ namespace hmc::detail {
 namespace asio = runtime::asio;
 using namespace asio::experimental::awaitable_operators;
 
-StoreStream::StoreStream(tcp::socket socket, std::size_t max_queued_bytes)
-    : socket_(std::move(socket)), max_queued_(max_queued_bytes) {}
+StoreStream::StoreStream(tcp::socket socket, std::size_t max_queued_bytes, std::shared_ptr<QueueBudget> budget)
+    : socket_(std::move(socket)), max_queued_(max_queued_bytes), budget_(std::move(budget)) {}
+
+StoreStream::~StoreStream() { uncount(counted_); }
+
+void StoreStream::uncount(std::size_t n) {
+  n = std::min(n, counted_);
+  counted_ -= n;
+  if (budget_) budget_->total -= std::min(n, budget_->total);
+}
 
 asio::awaitable<std::string> StoreStream::read(std::uint32_t max_length, std::chrono::milliseconds payload_time,
                                                store_wire::Header& header, std::vector<std::byte>& payload,
@@ -53,11 +61,14 @@ asio::awaitable<std::string> StoreStream::read(std::uint32_t max_length, std::ch
 
 bool StoreStream::write(std::vector<std::byte> frame) {
   if (!socket_.is_open()) return false;
-  if (queued_ + frame.size() > max_queued_) {
+  const bool over_budget = budget_ && queued_ > 0 && budget_->total + frame.size() > budget_->max;
+  if (queued_ + frame.size() > max_queued_ || over_budget) {
     close();
     return false;
   }
   queued_ += frame.size();
+  counted_ += frame.size();
+  if (budget_) budget_->total += frame.size();
   queue_.push_back(std::move(frame));
   if (!writing_) write_next();
   return true;
@@ -81,6 +92,7 @@ void StoreStream::write_next() {
                        self->offset_ += n;
                        if (self->offset_ == self->queue_.front().size()) {
                          self->queued_ -= self->offset_;
+                         self->uncount(self->offset_);
                          self->offset_ = 0;
                          self->queue_.pop_front();
                        }
@@ -89,6 +101,7 @@ void StoreStream::write_next() {
 }
 
 void StoreStream::close() {
+  uncount(counted_);  // what still waits is never sent
   runtime::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

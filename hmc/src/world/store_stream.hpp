@@ -18,7 +18,17 @@ class StoreStream : public std::enable_shared_from_this<StoreStream> {
  public:
   using tcp = runtime::asio::ip::tcp;
 
-  StoreStream(tcp::socket socket, std::size_t max_queued_bytes);
+  // Bytes queued by every stream that shares one: a server's bound over all its connections.
+  struct QueueBudget {
+    std::size_t total = 0;
+    std::size_t max = 0;
+  };
+
+  // `budget` (may be null) is shared with the other streams it bounds.
+  StoreStream(tcp::socket socket, std::size_t max_queued_bytes, std::shared_ptr<QueueBudget> budget = nullptr);
+  ~StoreStream();
+  StoreStream(const StoreStream&) = delete;
+  StoreStream& operator=(const StoreStream&) = delete;
 
   // One frame. The payload must follow its header within `payload_time`. Returns an empty string on
   // success, else why the stream cannot go on (the caller closes it); `closed_cleanly` tells an
@@ -28,7 +38,7 @@ class StoreStream : public std::enable_shared_from_this<StoreStream> {
                                              bool* closed_cleanly = nullptr);
 
   // Queues a whole frame; false (and the stream is closed) when the peer does not read and more than
-  // max_queued_bytes would be waiting.
+  // max_queued_bytes would be waiting, or when frames already wait and the shared budget is spent.
   bool write(std::vector<std::byte> frame);
 
   void close();
@@ -37,12 +47,15 @@ class StoreStream : public std::enable_shared_from_this<StoreStream> {
 
  private:
   void write_next();
+  void uncount(std::size_t n);
 
   tcp::socket socket_;
   std::deque<std::vector<std::byte>> queue_;
   std::size_t queued_ = 0;
   std::size_t offset_ = 0;  // bytes of queue_.front() already sent
   const std::size_t max_queued_;
+  std::shared_ptr<QueueBudget> budget_;
+  std::size_t counted_ = 0;  // of queued_, what budget_->total holds for us (none once closed)
   bool writing_ = false;
 };
 

@@ -31,6 +31,9 @@ struct StoreServerOptions {
   std::size_t max_bytes = std::size_t{1} << 30;          // keys + values held
   std::size_t max_value_size = std::size_t{16} << 20;
   std::size_t max_waits_per_connection = 1024;           // get/wait requests parked at once
+  // Reply bytes waiting for clients that do not read, over all connections: past it, a connection
+  // that already has replies waiting is closed instead of queueing more (each has its own bound too).
+  std::size_t max_queued_replies = std::size_t{256} << 20;
   std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds frame_timeout{30000};        // a frame's payload must arrive within this
 };
