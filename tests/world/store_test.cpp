@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -353,7 +354,7 @@ long rss_kib() {
 
 // An authenticated connection made by hand (the store's handshake with the test key), reading little
 // (a small receive buffer), for requests no client would send without reading the replies.
-int raw_authenticated(std::uint16_t port) {
+int raw_authenticated(std::uint16_t port, bool* welcomed = nullptr) {
   namespace wire = detail::store_wire;
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   const int small = 4096;
@@ -382,7 +383,10 @@ int raw_authenticated(std::uint16_t port) {
   const auto f2 = wire::encode_frame(wire::FrameType::proof, 0, detail::store_client_proof(key, theirs, mine));
   (void)::send(fd, f2.data(), f2.size(), MSG_NOSIGNAL);
   head = read_exactly(fd, wire::kHeaderSize);
-  if (head.size() == wire::kHeaderSize && wire::decode_header(head, 4096, h).empty()) (void)read_exactly(fd, h.length);
+  if (head.size() == wire::kHeaderSize && wire::decode_header(head, 4096, h).empty()) {
+    (void)read_exactly(fd, h.length);
+    if (welcomed != nullptr) *welcomed = h.type == wire::FrameType::welcome;
+  }
   return fd;
 }
 
@@ -451,6 +455,45 @@ TEST_F(StoreTest, RepliesWaitingForClientsThatDoNotReadAreBoundedInAll) {
   EXPECT_GT(closed, 0) << "every connection kept its replies queued: nothing bounds them in all";
   good.set("still", "served");
   EXPECT_EQ(good.get("still", 1s), "served");
+}
+
+// The store keeps a share of the process's descriptors for its other sockets: with `ulimit -n` at
+// 512, authenticated connections that are never closed are refused once the store's side would
+// pass 448, and the process can still open descriptors (a Session's control channel, UCX).
+TEST_F(StoreTest, ConnectionsLeaveDescriptorsForTheRestOfTheProcess) {
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 512;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  Store good(url, client_options());
+  std::vector<int> fds;
+  bool refused = false;
+  while (!refused && fds.size() < 400) {  // two descriptors each in this process: ours and the store's
+    bool welcomed = false;
+    const int fd = raw_authenticated(port, &welcomed);
+    if (fd < 0) break;
+    fds.push_back(fd);
+    refused = !welcomed;
+  }
+  std::vector<int> spare;
+  for (int i = 0; i < 24; ++i) {
+    int p[2];
+    if (::pipe(p) != 0) break;
+    spare.push_back(p[0]);
+    spare.push_back(p[1]);
+  }
+  const std::size_t spare_fds = spare.size();
+  for (int fd : spare) ::close(fd);
+  good.set("still", "served");
+  const std::string got = good.get("still", 1s);
+  for (int fd : fds) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &old);
+  std::printf("ulimit -n 512: the store refused connection %zu; 48 more descriptors to open: %zu opened\n",
+              fds.size(), spare_fds);
+  EXPECT_TRUE(refused) << "the store took every descriptor up to the limit";
+  EXPECT_EQ(spare_fds, 48u) << "the store left no descriptors to the rest of the process";
+  EXPECT_EQ(got, "served");
 }
 
 class StoreFlood : public StoreTest, public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {

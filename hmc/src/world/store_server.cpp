@@ -1,5 +1,6 @@
 #include "hmc/world/store_server.hpp"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -90,6 +91,15 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
         co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
+      // Descriptors are handed out lowest first: a high one means the table is nearly full, and
+      // the rest is kept for the process's other sockets (a Session's control channel, UCX).
+      if (s.native_handle() >= fd_ceiling()) {
+        handshake_log->warn("store: refusing a connection, file descriptor " + std::to_string(s.native_handle()) +
+                            " is within " + std::to_string(fd_headroom()) +
+                            " of this process's limit (ulimit -n) kept for its other connections");
+        s.close(ec);
+        continue;
+      }
       const bool full = conns.size() >= opts.max_connections;
       if (!handshaking.admits_any() || (full && handshaking.size() == 0)) {  // authenticated clients are never evicted
         handshake_log->warn("store: refusing a connection, " + std::to_string(conns.size()) +
@@ -110,6 +120,19 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
       conns.insert(conn);
       asio::co_spawn(ex, serve(conn), asio::detached);
     }
+  }
+
+  // Of RLIMIT_NOFILE, what the store leaves to the rest of the process: an eighth, at least 64.
+  static int fd_headroom() {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 64;
+    return static_cast<int>(std::max<rlim_t>(64, r.rlim_cur / 8));
+  }
+  static int fd_ceiling() {
+    rlimit r{};
+    if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return std::numeric_limits<int>::max();
+    const auto cur = static_cast<long long>(std::min<rlim_t>(r.rlim_cur, std::numeric_limits<int>::max()));
+    return static_cast<int>(std::max<long long>(0, cur - fd_headroom()));
   }
 
   // Makes room for a newcomer from `source`: the oldest connection still in its handshake is
