@@ -28,7 +28,8 @@ CtrlOptions options_for(CtrlTransport t, const std::string& dir) {
   CtrlOptions o;
   o.transport = t;
   o.uds_dir = dir;
-  o.hello_timeout = 500ms;
+  // Short enough for the silent-connection case, long enough for every honest handshake under TSan on a loaded machine.
+  o.hello_timeout = 2s;
   o.auth_key = kTestKey;
   return o;
 }
