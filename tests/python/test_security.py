@@ -79,13 +79,17 @@ def test_bad_security_options_are_typed_errors(tmp_path, bad):
 
 
 def test_a_key_shorter_than_16_bytes_is_refused_wherever_it_comes_from(tmp_path, monkeypatch):
-    with pytest.raises(hmc.InvalidConfigError, match=r"SessionOptions::auth_key is 9 bytes: at least 16 .*urandom"):
-        hmc.create_session(**kwargs(tmp_path, auth_key="too short"))
+    # The control channel resolves the key when it starts: at init_server or connect.
+    with hmc.create_session(**kwargs(tmp_path, auth_key="too short")) as s:
+        with pytest.raises(hmc.InvalidConfigError, match=r"SessionOptions::auth_key is 9 bytes: at least 16 .*urandom"):
+            s.init_server("127.0.0.1", 0)
     monkeypatch.setenv("HMC_AUTH_KEY", "a")
-    with pytest.raises(hmc.InvalidConfigError, match="the auth key from HMC_AUTH_KEY is 1 bytes"):
-        hmc.create_session(**kwargs(tmp_path))
+    with hmc.create_session(**kwargs(tmp_path)) as s:
+        with pytest.raises(hmc.InvalidConfigError, match="the auth key from HMC_AUTH_KEY is 1 bytes"):
+            s.connect("127.0.0.1", 1)
     with pytest.raises(hmc.InvalidConfigError, match="the auth key from HMC_AUTH_KEY is 1 bytes"):
         hmc.Store("tcp://127.0.0.1:1", timeout=1)
     monkeypatch.setenv("HMC_AUTH_KEY", "k" * 16)
-    with hmc.create_session(**kwargs(tmp_path)):
-        pass
+    with hmc.create_session(**kwargs(tmp_path)) as server, hmc.create_session(**kwargs(tmp_path)) as client:
+        server.init_server("127.0.0.1", 0)
+        client.connect("127.0.0.1", server.ctrl_port)
