@@ -45,7 +45,7 @@ def main():
     args = p.parse_args()
     sizes = ",".join(str(s) for s in parse_sizes(args.sizes))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([f"{args.build}/python", os.environ.get("PYTHONPATH", "")]),
-               HMC_AUTH_KEY=os.environ.get("HMC_AUTH_KEY", "world-compare"))
+               HMC_AUTH_KEY=os.environ.get("HMC_AUTH_KEY", "world-compare-auth-key"))
     skip = set(filter(None, args.skip.split(",")))
     results = []
     tmp = pathlib.Path(args.json).with_suffix(".part.json")

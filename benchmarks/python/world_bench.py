@@ -159,7 +159,7 @@ def run(args):
     common = ["--impl", args.impl, "--ranks", str(args.ranks), "--url", url, "--tls", args.tls,
               "--buffer", str(args.buffer), "--iter-scale", str(args.iter_scale), "--tests", ",".join(args.tests),
               "--sizes", ",".join(str(s) for s in args.sizes)] + (["--quiet"] if args.quiet else [])
-    env = dict(os.environ, HMC_AUTH_KEY=os.environ.get("HMC_AUTH_KEY", "world-bench"), OMP_NUM_THREADS="1")
+    env = dict(os.environ, HMC_AUTH_KEY=os.environ.get("HMC_AUTH_KEY", "world-bench-auth-key"), OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", str(r)] + common,
                               stdout=subprocess.PIPE, text=True, env=env) for r in range(args.ranks)]
     out0, _ = procs[0].communicate(timeout=args.limit)

@@ -220,7 +220,7 @@ int run_all(Args a, const char* self) {
 
 int main(int argc, char** argv) {
   try {
-    ::setenv("HMC_AUTH_KEY", std::getenv("HMC_AUTH_KEY") ? std::getenv("HMC_AUTH_KEY") : "world-bench", 0);
+    ::setenv("HMC_AUTH_KEY", std::getenv("HMC_AUTH_KEY") ? std::getenv("HMC_AUTH_KEY") : "world-bench-auth-key", 0);
     const Args a = parse(argc, argv);
     return a.rank >= 0 ? run_rank(a) : run_all(a, "/proc/self/exe");
   } catch (const std::exception& e) {

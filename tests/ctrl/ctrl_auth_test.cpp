@@ -32,7 +32,7 @@ class CtrlAuthTest : public ::testing::Test {
   void SetUp() override {
     loop.start();
     dir = test::make_temp_dir();
-    server = std::make_unique<CtrlChannel>(loop, 0, keyed("right key", dir));
+    server = std::make_unique<CtrlChannel>(loop, 0, keyed("the right test key", dir));
     server->set_handlers(CtrlHandlers{[this](std::uint32_t, bool up) {
                                         if (up) ++peers_up;
                                       },
@@ -43,7 +43,7 @@ class CtrlAuthTest : public ::testing::Test {
     server.reset();
     std::filesystem::remove_all(dir);
   }
-  std::unique_ptr<CtrlChannel> channel(std::uint32_t rank, const std::string& key = "right key") {
+  std::unique_ptr<CtrlChannel> channel(std::uint32_t rank, const std::string& key = "the right test key") {
     return std::make_unique<CtrlChannel>(loop, rank, keyed(key, dir));
   }
   void expect_tag_both_ways(CtrlChannel& c, std::uint32_t rank) {
@@ -62,7 +62,7 @@ class CtrlAuthTest : public ::testing::Test {
 
 TEST_F(CtrlAuthTest, AWrongKeyIsAnAuthenticationErrorAndOneServerLogLineAndNoPeer) {
   test::LogCapture logs;
-  auto c = channel(1, "wrong key");
+  auto c = channel(1, "the wrong test key");
   const auto start = std::chrono::steady_clock::now();
   try {
     c->async_connect("127.0.0.1", port, 5s, asio::use_future).get();
@@ -128,7 +128,7 @@ TEST_F(CtrlAuthTest, RecordedHandshakeBytesReplayedOnANewConnectionAreRejected) 
   std::vector<std::byte> recorded;
   {
     RawSocket good = RawSocket::tcp(port);
-    ASSERT_EQ(good.handshake(test::key_bytes("right key"), 5, &recorded).header.type, detail::FrameType::welcome);
+    ASSERT_EQ(good.handshake(test::key_bytes("the right test key"), 5, &recorded).header.type, detail::FrameType::welcome);
     server->async_wait_peer(5, 5s, asio::use_future).get();
   }
   // Wait until the server saw the recorder leave, so the rank is free again.
@@ -164,7 +164,7 @@ TEST_F(CtrlAuthTest, SquattersWithoutTheKeyCannotTakeARank) {
 TEST_F(CtrlAuthTest, ASquatterWithTheKeyHoldsAFreeRankUntilItLeaves) {
   // Documented: a key holder is trusted; it can take any free rank first.
   RawSocket squatter = RawSocket::tcp(port);
-  ASSERT_EQ(squatter.handshake(test::key_bytes("right key"), 4).header.type, detail::FrameType::welcome);
+  ASSERT_EQ(squatter.handshake(test::key_bytes("the right test key"), 4).header.type, detail::FrameType::welcome);
   server->async_wait_peer(4, 5s, asio::use_future).get();
   auto owner = channel(4);
   try {
@@ -201,7 +201,7 @@ TEST_F(CtrlAuthTest, AnyRankClientsGetOneTwoThreeInConnectionOrderSkippingRanksI
 }
 
 TEST_F(CtrlAuthTest, OnlyTheNewestMaxConnectionsLossesAreRemembered) {
-  CtrlOptions o = keyed("right key", dir);
+  CtrlOptions o = keyed("the right test key", dir);
   o.max_connections = 2;
   CtrlChannel srv(loop, 0, o);
   const auto p = srv.listen("127.0.0.1", 0);
@@ -229,7 +229,7 @@ bool untouched(RawSocket& s) {
 }
 
 TEST_F(CtrlAuthTest, AFullHandshakeTableEvictsTheOldestAndAKeyHolderGetsIn) {
-  CtrlOptions o = keyed("right key", dir);
+  CtrlOptions o = keyed("the right test key", dir);
   o.max_handshakes = 4;
   o.max_handshakes_per_source = 2;
   o.hello_timeout = 5s;
@@ -263,7 +263,7 @@ TEST_F(CtrlAuthTest, AFullHandshakeTableEvictsTheOldestAndAKeyHolderGetsIn) {
 }
 
 TEST_F(CtrlAuthTest, ConnectionsThatSentNothingWholeAreEvictedBeforeOneThatSentAHello) {
-  CtrlOptions o = keyed("right key", dir);
+  CtrlOptions o = keyed("the right test key", dir);
   o.max_handshakes = 4;
   o.hello_timeout = 5s;
   CtrlChannel capped(loop, 0, o);
@@ -295,7 +295,7 @@ TEST_F(CtrlAuthTest, ConnectionsThatSentNothingWholeAreEvictedBeforeOneThatSentA
 }
 
 TEST_F(CtrlAuthTest, AuthenticatedPeersAreNeverEvictedAndABusyClientRetriesUntilItsTimeout) {
-  CtrlOptions o = keyed("right key", dir);
+  CtrlOptions o = keyed("the right test key", dir);
   o.max_handshakes = 4;
   o.max_connections = 3;
   CtrlChannel capped(loop, 0, o);
@@ -325,7 +325,7 @@ TEST_F(CtrlAuthTest, AuthenticatedPeersAreNeverEvictedAndABusyClientRetriesUntil
 }
 
 TEST_F(CtrlAuthTest, AFullInboxStopsReadingAndTheSenderWaitsThenEverythingArrivesInOrder) {
-  CtrlOptions o = keyed("right key", dir);
+  CtrlOptions o = keyed("the right test key", dir);
   o.inbox_budget = 1u << 20;
   CtrlChannel srv(loop, 0, o);
   const auto p = srv.listen("127.0.0.1", 0);
@@ -361,7 +361,7 @@ TEST_F(CtrlAuthTest, AFullInboxStopsReadingAndTheSenderWaitsThenEverythingArrive
 // All inboxes together stay bounded: with a 2 MiB total, four peers that send 16 MiB each without
 // being received stop being read, while a fifth, whose messages are received, keeps flowing.
 TEST_F(CtrlAuthTest, AllInboxesTogetherStopAtTheirTotalAndAReceivedPeerStillFlows) {
-  CtrlOptions o = keyed("right key", dir);
+  CtrlOptions o = keyed("the right test key", dir);
   o.inbox_budget = 64u << 20;  // no single peer reaches its own budget
   o.total_inbox_budget = 2u << 20;
   CtrlChannel srv(loop, 0, o);
@@ -407,14 +407,14 @@ TEST_F(CtrlAuthTest, AllInboxesTogetherStopAtTheirTotalAndAReceivedPeerStillFlow
 }
 
 TEST_F(CtrlAuthTest, APartialFrameThatStallsIsClosed) {
-  CtrlOptions o = keyed("right key", dir);
+  CtrlOptions o = keyed("the right test key", dir);
   o.heartbeat_interval = 0ms;  // liveness off: only the partial-frame timeout can act
   o.partial_frame_timeout = 300ms;
   CtrlChannel srv(loop, 0, o);
   const auto p = srv.listen("127.0.0.1", 0);
   test::LogCapture logs;
   RawSocket s = RawSocket::tcp(p);
-  ASSERT_EQ(s.handshake(test::key_bytes("right key"), 1).header.type, detail::FrameType::welcome);
+  ASSERT_EQ(s.handshake(test::key_bytes("the right test key"), 1).header.type, detail::FrameType::welcome);
   detail::FrameHeader h;
   h.length = 1000;
   const auto hb = detail::encode_header(h);

@@ -50,7 +50,7 @@ class CtrlTlsTest : public ::testing::Test {
     CtrlOptions o;
     o.transport = t;
     o.uds_dir = dir;
-    o.auth_key = "tls test key";
+    o.auth_key = "the ctrl tls test key";
     o.hello_timeout = 3s;
     o.tls_cert = certs_dir + "/" + node + ".pem";
     o.tls_key = certs_dir + "/" + node + ".key";
@@ -61,7 +61,7 @@ class CtrlTlsTest : public ::testing::Test {
     CtrlOptions o;
     o.transport = CtrlTransport::tcp;
     o.uds_dir = dir;
-    o.auth_key = "tls test key";
+    o.auth_key = "the ctrl tls test key";
     return o;
   }
 
@@ -145,7 +145,7 @@ TEST_F(CtrlTlsTest, TheKeyHandshakeStillRunsInsideTls) {
   CtrlChannel server(loop, 0, tls("good", "good"));
   const auto port = server.listen("127.0.0.1", 0);
   CtrlOptions o = tls("good", "good");
-  o.auth_key = "another key";
+  o.auth_key = "another ctrl tls test key";
   CtrlChannel client(loop, 1, o);
   EXPECT_THROW(client.async_connect("127.0.0.1", port, 5s, asio::use_future).get(), AuthenticationError);
 }

@@ -33,7 +33,7 @@ class CtrlUdsTest : public ::testing::Test {
     CtrlOptions o;
     o.transport = t;
     o.uds_dir = uds_dir;
-    o.auth_key = "uds test key";
+    o.auth_key = "the ctrl uds test key";
     return o;
   }
   std::string connect_transport(std::uint16_t port) {
@@ -185,7 +185,7 @@ TEST_F(CtrlUdsTest, AClientRefusesAUnixSocketOfAnotherUidEvenWhenTheServerNamesI
   ASSERT_EQ(::listen(lfd, 1), 0);
   socklen_t len = sizeof a;
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-  const auto key = test::key_bytes("uds test key");
+  const auto key = test::key_bytes("the ctrl uds test key");
   std::promise<detail::FrameType> after_welcome;
   std::thread fake_server([&] {
     test::RawSocket s = test::RawSocket::adopt(::accept(lfd, nullptr, nullptr));

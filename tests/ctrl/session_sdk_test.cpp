@@ -31,7 +31,7 @@ class SessionSdkTest : public ::testing::Test {
  protected:
   void SetUp() override { dir = test::make_temp_dir(); }
   void TearDown() override { std::filesystem::remove_all(dir); }
-  SessionOptions options(const std::string& key = "sdk test key") {
+  SessionOptions options(const std::string& key = "session sdk test key") {
     SessionOptions o;
     o.buffer_size = 1u << 20;
     o.ucx_net_devices = "lo";
@@ -131,9 +131,9 @@ TEST_F(SessionSdkTest, SetLocalIpIsTheAddressTheServerKnowsItsClientBy) {
 }
 
 TEST_F(SessionSdkTest, AWrongKeyIsAnAuthenticationError) {
-  Session server(options("right"));
+  Session server(options("the right sdk test key"));
   server.init_server("127.0.0.1", 0);
-  Session client(options("wrong"));
+  Session client(options("the wrong sdk test key"));
   EXPECT_THROW(client.connect("127.0.0.1", server.ctrl_port()), AuthenticationError);
   EXPECT_TRUE(server.peers().empty());
 }

@@ -297,7 +297,7 @@ TEST_F(HostileTest, WrongKeys) {
     rejected += s.handshake(test::key_bytes("guess " + std::to_string(i)), 70).header.type == FrameType::reject;
   }
   SessionOptions o = options();
-  o.auth_key = "a wrong key";
+  o.auth_key = "a wrong hostile suite key";
   Session wrong(o);
   EXPECT_THROW(wrong.connect("127.0.0.1", port), AuthenticationError);
   EXPECT_EQ(rejected, kConns);

@@ -18,9 +18,9 @@ def kwargs(tmp_path, **extra):
 
 
 def test_sessions_with_one_explicit_key_connect_and_another_key_is_refused(tmp_path):
-    with hmc.create_session(**kwargs(tmp_path, auth_key="job-42")) as server, \
-            hmc.create_session(**kwargs(tmp_path, auth_key="job-42")) as friend, \
-            hmc.create_session(**kwargs(tmp_path, auth_key="job-43", timeout=2.0)) as stranger:
+    with hmc.create_session(**kwargs(tmp_path, auth_key="job-42 shared test key")) as server, \
+            hmc.create_session(**kwargs(tmp_path, auth_key="job-42 shared test key")) as friend, \
+            hmc.create_session(**kwargs(tmp_path, auth_key="job-43 shared test key", timeout=2.0)) as stranger:
         server.init_server("127.0.0.1", 0)
         friend.connect("127.0.0.1", server.ctrl_port)
         assert friend.put("127.0.0.1", b"trusted") == 7
@@ -76,3 +76,20 @@ def test_a_stopped_peer_is_lost_at_the_configured_heartbeat_limit(tmp_path):
 def test_bad_security_options_are_typed_errors(tmp_path, bad):
     with pytest.raises(hmc.InvalidArgumentError):
         hmc.create_session(**kwargs(tmp_path, **bad))
+
+
+def test_a_key_shorter_than_16_bytes_is_refused_wherever_it_comes_from(tmp_path, monkeypatch):
+    # The control channel resolves the key when it starts: at init_server or connect.
+    with hmc.create_session(**kwargs(tmp_path, auth_key="too short")) as s:
+        with pytest.raises(hmc.InvalidConfigError, match=r"SessionOptions::auth_key is 9 bytes: at least 16 .*urandom"):
+            s.init_server("127.0.0.1", 0)
+    monkeypatch.setenv("HMC_AUTH_KEY", "a")
+    with hmc.create_session(**kwargs(tmp_path)) as s:
+        with pytest.raises(hmc.InvalidConfigError, match="the auth key from HMC_AUTH_KEY is 1 bytes"):
+            s.connect("127.0.0.1", 1)
+    with pytest.raises(hmc.InvalidConfigError, match="the auth key from HMC_AUTH_KEY is 1 bytes"):
+        hmc.Store("tcp://127.0.0.1:1", timeout=1)
+    monkeypatch.setenv("HMC_AUTH_KEY", "k" * 16)
+    with hmc.create_session(**kwargs(tmp_path)) as server, hmc.create_session(**kwargs(tmp_path)) as client:
+        server.init_server("127.0.0.1", 0)
+        client.connect("127.0.0.1", server.ctrl_port)

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <future>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -68,13 +69,59 @@ TEST(Auth, MacsCompareByValue) {
 TEST(Auth, NoncesDiffer) { EXPECT_NE(random_nonce(), random_nonce()); }
 
 TEST(Auth, ExplicitKeyWinsOverEnvironment) {
-  ::setenv("HMC_AUTH_KEY", "from-env", 1);
+  ::setenv("HMC_AUTH_KEY", "the key from the environment", 1);
   AuthKeyOrigin origin;
-  EXPECT_EQ(resolve_auth_key("explicit\n", &origin), bytes_of("explicit"));
+  EXPECT_EQ(resolve_auth_key("the explicit test key\n", &origin), bytes_of("the explicit test key"));
   EXPECT_EQ(origin.description, "SessionOptions::auth_key");
-  EXPECT_EQ(resolve_auth_key("", &origin), bytes_of("from-env"));
+  EXPECT_EQ(resolve_auth_key("", &origin), bytes_of("the key from the environment"));
   EXPECT_EQ(origin.description, "HMC_AUTH_KEY");
   ::unsetenv("HMC_AUTH_KEY");
+}
+
+// Each origin of a short key is refused with a message naming it, its length and the remedy.
+void expect_too_short(const std::function<void()>& resolve, const std::string& origin, std::size_t bytes) {
+  try {
+    resolve();
+    ADD_FAILURE() << "a " << bytes << "-byte key from " << origin << " was accepted";
+  } catch (const InvalidConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the auth key from " + origin + " is " + std::to_string(bytes) + " bytes"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("at least 16"), std::string::npos) << what;
+    EXPECT_NE(what.find("head -c 32 /dev/urandom"), std::string::npos) << what;
+  }
+}
+
+TEST(Auth, ShortKeysAreRefusedFromEveryOrigin) {
+  static_assert(kMinKeyBytes == 16);
+  const std::string fifteen(kMinKeyBytes - 1, 'k');
+  expect_too_short([&] { resolve_auth_key(fifteen + "\n"); }, "SessionOptions::auth_key", 15);
+  expect_too_short([&] { resolve_auth_key("a", nullptr, "StoreOptions::auth_key"); }, "StoreOptions::auth_key", 1);
+  expect_too_short([&] { resolve_auth_key(" \n"); }, "SessionOptions::auth_key", 0);  // all trailing whitespace
+  ::setenv("HMC_AUTH_KEY", "short", 1);
+  expect_too_short([&] { resolve_auth_key(""); }, "HMC_AUTH_KEY", 5);
+  ::unsetenv("HMC_AUTH_KEY");
+  TempDir dir;
+  const std::string path = dir.path() + "/auth_key";
+  std::ofstream(path) << fifteen << "\n";
+  ::chmod(path.c_str(), 0600);
+  expect_too_short([&] { load_or_create_key_file(path); }, "key file " + path, 15);
+  ::setenv("HMC_AUTH_KEY_FILE", path.c_str(), 1);
+  expect_too_short([&] { resolve_auth_key(""); }, "key file " + path, 15);
+  ::unsetenv("HMC_AUTH_KEY_FILE");
+}
+
+TEST(Auth, KeysOfTheMinimumLengthAreAccepted) {
+  const std::string sixteen(kMinKeyBytes, 'k');
+  EXPECT_EQ(resolve_auth_key(sixteen + " \n"), bytes_of(sixteen));
+  ::setenv("HMC_AUTH_KEY", sixteen.c_str(), 1);
+  EXPECT_EQ(resolve_auth_key(""), bytes_of(sixteen));
+  ::unsetenv("HMC_AUTH_KEY");
+  TempDir dir;
+  const std::string path = dir.path() + "/auth_key";
+  std::ofstream(path) << sixteen << "\n";
+  ::chmod(path.c_str(), 0600);
+  EXPECT_EQ(load_or_create_key_file(path), bytes_of(sixteen));
 }
 
 TEST(Auth, KeyFileIsCreatedPrivateOnFirstUseAndReused) {
@@ -109,7 +156,7 @@ TEST(Auth, ConcurrentFirstUseAgreesOnOneKey) {
 TEST(Auth, KeyFileReadableByOthersIsRefused) {
   TempDir dir;
   const std::string path = dir.path() + "/auth_key";
-  std::ofstream(path) << "secret\n";
+  std::ofstream(path) << "a key file test secret\n";
   ::chmod(path.c_str(), 0644);
   try {
     load_or_create_key_file(path);
@@ -118,7 +165,7 @@ TEST(Auth, KeyFileReadableByOthersIsRefused) {
     EXPECT_NE(std::string(e.what()).find("0600"), std::string::npos) << e.what();
   }
   ::chmod(path.c_str(), 0600);
-  EXPECT_EQ(load_or_create_key_file(path), bytes_of("secret"));
+  EXPECT_EQ(load_or_create_key_file(path), bytes_of("a key file test secret"));
 }
 
 TEST(Auth, EmptyKeyFileIsRefused) {
@@ -132,7 +179,7 @@ TEST(Auth, EmptyKeyFileIsRefused) {
 TEST(Auth, SymlinkedKeyFileIsRefused) {
   TempDir dir;
   const std::string real = dir.path() + "/real";
-  std::ofstream(real) << "secret\n";
+  std::ofstream(real) << "a key file test secret\n";
   ::chmod(real.c_str(), 0600);
   fs::create_symlink(real, dir.path() + "/auth_key");
   EXPECT_THROW(load_or_create_key_file(dir.path() + "/auth_key"), InvalidConfigError);
@@ -162,7 +209,7 @@ TEST(Auth, KeyDirectoryWritableByOthersIsRefused) {
   const std::string sub = dir.path() + "/hmc";
   ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
   const std::string path = sub + "/auth_key";
-  std::ofstream(path) << "secret\n";
+  std::ofstream(path) << "a key file test secret\n";
   ::chmod(path.c_str(), 0600);
   ::chmod(sub.c_str(), 0777);
   try {
@@ -172,9 +219,9 @@ TEST(Auth, KeyDirectoryWritableByOthersIsRefused) {
     EXPECT_NE(std::string(e.what()).find("chmod 700 " + sub), std::string::npos) << e.what();
   }
   ::chmod(sub.c_str(), 01777);  // sticky: others cannot replace our file
-  EXPECT_EQ(load_or_create_key_file(path), bytes_of("secret"));
+  EXPECT_EQ(load_or_create_key_file(path), bytes_of("a key file test secret"));
   ::chmod(sub.c_str(), 0700);
-  EXPECT_EQ(load_or_create_key_file(path), bytes_of("secret"));
+  EXPECT_EQ(load_or_create_key_file(path), bytes_of("a key file test secret"));
 }
 
 }  // namespace

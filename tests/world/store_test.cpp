@@ -29,13 +29,13 @@ using namespace std::chrono_literals;
 
 StoreServerOptions server_options() {
   StoreServerOptions o;
-  o.auth_key = "store-test-key";
+  o.auth_key = "the store test key";
   return o;
 }
 
 StoreOptions client_options(const std::string& job = "t") {
   StoreOptions o;
-  o.auth_key = "store-test-key";
+  o.auth_key = "the store test key";
   o.job_id = job;
   o.timeout = 5s;
   return o;
@@ -161,7 +161,7 @@ TEST_F(StoreTest, AwaitableForms) {
 
 TEST_F(StoreTest, AWrongKeyIsAnAuthenticationErrorOnBothSides) {
   auto o = client_options();
-  o.auth_key = "another-key";
+  o.auth_key = "another store test key";
   try {
     Store s(url, o);
     FAIL() << "connected without the key";
@@ -229,7 +229,7 @@ TEST_F(StoreTest, AConnectionWithoutTheKeyNeverSeesAProofOfIt) {
 // control channel), and a Session's opt-out is the store's: here a store without authentication.
 TEST_F(StoreTest, AWorldsStoreProvesTheKeyOfItsSession) {
   WorldOptions o;
-  o.session.auth_key = "store-test-key";  // not $HMC_AUTH_KEY_FILE's key
+  o.session.auth_key = "the store test key";  // not $HMC_AUTH_KEY_FILE's key
   o.session.ucx_tls = "shm";
   o.session.ucx_net_devices = "lo";
   o.session.buffer_size = 1u << 20;
@@ -378,7 +378,7 @@ int raw_authenticated(std::uint16_t port, bool* welcomed = nullptr) {
   const auto challenge = read_exactly(fd, h.length);
   detail::Nonce theirs{};
   std::copy_n(challenge.begin(), std::min(challenge.size(), theirs.size()), theirs.begin());
-  const std::string k = "store-test-key";
+  const std::string k = "the store test key";
   const detail::AuthKey key(reinterpret_cast<const std::byte*>(k.data()), reinterpret_cast<const std::byte*>(k.data()) + k.size());
   const auto f2 = wire::encode_frame(wire::FrameType::proof, 0, detail::store_client_proof(key, theirs, mine));
   (void)::send(fd, f2.data(), f2.size(), MSG_NOSIGNAL);

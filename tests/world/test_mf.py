@@ -10,7 +10,7 @@ from test_world import StandaloneStore, assert_all_ok, finish, free_port, spawn
 
 @pytest.fixture(autouse=True)
 def auth_key(monkeypatch):
-    monkeypatch.setenv("HMC_AUTH_KEY", "python-mf-test")
+    monkeypatch.setenv("HMC_AUTH_KEY", "python-mf-test-key")
 
 
 def test_initialize_barrier_all_gather_across_processes():

@@ -117,7 +117,7 @@ def rank(net, i, url, workdir, *extra):
     args = ["ip", "netns", "exec", net.ns(i), PEER, f"url={url}", "size=4", f"rank={i}", "tls=tcp",
             f"devices={net.dev(i)}", f"local_ip={net.ip(i)}", f"uds={workdir}/uds{i}", *extra]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, HMC_AUTH_KEY="netns-test", CTRL_TRANSPORT="tcp"))
+                            env=dict(os.environ, HMC_AUTH_KEY="world-netns-test-key", CTRL_TRANSPORT="tcp"))
 
 
 def test_bootstrap_and_collectives_through_etcd(net, workdir):

@@ -179,7 +179,7 @@ def test_store_operations_and_typed_errors():
         other = hmc.Store(url, job_id="other")
         assert not other.check(["n"])  # jobs never see each other's keys
         with pytest.raises(hmc.AuthenticationError, match=url):
-            hmc.Store(url, auth_key="wrong", timeout=2)
+            hmc.Store(url, auth_key="a wrong world test key", timeout=2)
         s.close()
     for bad in ("127.0.0.1:1", "tcp://nowhere", "zk://h:1", "etcd://"):
         with pytest.raises(hmc.InvalidConfigError, match=bad.split(":")[0]):

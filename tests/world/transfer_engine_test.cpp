@@ -17,7 +17,7 @@ class TransferEngineTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     StoreServerOptions so;
-    so.auth_key = "te-test";
+    so.auth_key = "transfer-engine-test-key";
     server = std::make_unique<StoreServer>(so);
     url = "tcp://127.0.0.1:" + std::to_string(server->listen("127.0.0.1", 0));
   }
@@ -26,7 +26,7 @@ class TransferEngineTest : public ::testing::TestWithParam<const char*> {
     o.session.buffer_size = 256u << 10;  // small staging: large transfers go in many pieces
     o.session.ucx_tls = GetParam();
     o.session.ucx_net_devices = "lo";
-    o.store.auth_key = "te-test";
+    o.store.auth_key = "transfer-engine-test-key";
     o.store.job_id = "te";
     o.timeout = 10s;
     return o;

@@ -66,6 +66,14 @@ AuthKey trimmed(std::string text) {
   return AuthKey(p, p + text.size());
 }
 
+AuthKey long_enough(AuthKey key, const std::string& origin) {
+  if (key.size() < kMinKeyBytes)
+    throw InvalidConfigError("the auth key from " + origin + " is " + std::to_string(key.size()) +
+                             " bytes: at least " + std::to_string(kMinKeyBytes) +
+                             " are needed (make one with: head -c 32 /dev/urandom | base64)");
+  return key;
+}
+
 }  // namespace
 
 std::string default_key_file() {
@@ -128,20 +136,20 @@ AuthKey load_or_create_key_file(const std::string& path) {
   text.resize(static_cast<std::size_t>(n));
   AuthKey key = trimmed(std::move(text));
   if (key.empty()) throw InvalidConfigError("key file " + path + " is empty");
-  return key;
+  return long_enough(std::move(key), "key file " + path);
 }
 
-AuthKey resolve_auth_key(const std::string& explicit_key, AuthKeyOrigin* origin) {
+AuthKey resolve_auth_key(const std::string& explicit_key, AuthKeyOrigin* origin, const char* option_name) {
   auto say = [&](std::string where) {
     if (origin != nullptr) origin->description = std::move(where);
   };
   if (!explicit_key.empty()) {
-    say("SessionOptions::auth_key");
-    return trimmed(explicit_key);
+    say(option_name);
+    return long_enough(trimmed(explicit_key), option_name);
   }
   if (const char* env = std::getenv("HMC_AUTH_KEY"); env != nullptr && *env != '\0') {
     say("HMC_AUTH_KEY");
-    return trimmed(env);
+    return long_enough(trimmed(env), "HMC_AUTH_KEY");
   }
   const std::string path = default_key_file();
   say("key file " + path);

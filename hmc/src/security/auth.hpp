@@ -14,6 +14,9 @@ using AuthKey = std::vector<std::byte>;
 using Nonce = std::array<std::byte, 32>;
 using Mac = std::array<std::byte, 32>;
 
+// A key shorter than this (after trimming trailing whitespace) is guessable, not a secret: refused.
+inline constexpr std::size_t kMinKeyBytes = 16;
+
 // Where a key was found, for logs (never the key itself).
 struct AuthKeyOrigin {
   std::string description;  // "SessionOptions::auth_key", "HMC_AUTH_KEY", "key file /home/u/.hmc/auth_key"
@@ -21,8 +24,10 @@ struct AuthKeyOrigin {
 
 // The shared key: `explicit_key` if non-empty, else $HMC_AUTH_KEY, else the per-user key file
 // ($HMC_AUTH_KEY_FILE, default $HOME/.hmc/auth_key), created with 32 random bytes and mode 0600 on
-// first use. Throws InvalidConfigError when the file is readable by others, unreadable or empty.
-AuthKey resolve_auth_key(const std::string& explicit_key, AuthKeyOrigin* origin = nullptr);
+// first use. Throws InvalidConfigError when the file is readable by others or unreadable, or when the
+// key is shorter than kMinKeyBytes. `option_name` names `explicit_key` in messages.
+AuthKey resolve_auth_key(const std::string& explicit_key, AuthKeyOrigin* origin = nullptr,
+                         const char* option_name = "SessionOptions::auth_key");
 
 // The default key file path ($HMC_AUTH_KEY_FILE, else $HOME/.hmc/auth_key).
 std::string default_key_file();

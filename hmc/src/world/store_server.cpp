@@ -61,7 +61,7 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
  public:
   StoreServerImpl(runtime::loop_executor e, StoreServerOptions o) : ex(e), opts(std::move(o)) {
     limits.max_value = opts.max_value_size;
-    if (opts.authenticate) key = resolve_auth_key(opts.auth_key);
+    if (opts.authenticate) key = resolve_auth_key(opts.auth_key, nullptr, "StoreServerOptions::auth_key");
   }
 
   struct Conn;

@@ -43,7 +43,7 @@ milliseconds left_until(runtime::steady_clock::time_point deadline) {
 TcpStoreClient::TcpStoreClient(runtime::loop_executor ex, std::string url, std::string host, std::uint16_t port,
                                const StoreOptions& options)
     : ex_(ex), url_(std::move(url)), host_(std::move(host)), port_(port), options_(options) {
-  if (options_.authenticate) key_ = resolve_auth_key(options_.auth_key);
+  if (options_.authenticate) key_ = resolve_auth_key(options_.auth_key, nullptr, "StoreOptions::auth_key");
 }
 
 asio::awaitable<std::exception_ptr> TcpStoreClient::connect(milliseconds timeout) {
