@@ -38,9 +38,9 @@ API_SIZES = (8, 64, 512, 4 << 10, 64 << 10, 256 << 10, 1 << 20)  # the latency-p
 IMPLS = ("ucx", "hmc-cpp", "hmc-python")
 MIB_TO_MB = 1.048576  # ucx_perftest prints MB/s as MiB/s; HMC's MB/s are 10^6 bytes/s
 
-# Thresholds not written inline in targets() (issue 11's are there, next to what they compare).
+# Thresholds not written inline in targets() (the others are there, next to what they compare).
 IDLE_TARGET = 1.0         # % of a core, idle connected sessions, event mode (under)
-PY_TARGET = 0.80          # Python asyncio 1 MiB put bandwidth vs C++ (an earlier issue's)
+PY_TARGET = 0.80          # Python asyncio 1 MiB put bandwidth vs C++ (the "(earlier)" row)
 
 
 # --------------------------------------------------------------------------------------- helpers
@@ -386,7 +386,7 @@ def raw_row(res, test, size):
 
 
 def targets(tls, mode, res):
-    """Issue 11's targets, each as a ratio with its threshold (at most / at least) and PASS/MISS."""
+    """The targets, each as a ratio with its threshold (at most / at least) and PASS/MISS."""
     u, c, p = index(res["ucx"]), index(res["hmc-cpp"]), index(res["hmc-python"])
     out = []
 
@@ -464,7 +464,7 @@ def targets(tls, mode, res):
                 "threshold": f"< {IDLE_TARGET}", "met": None if v is None else v < IDLE_TARGET,
                 "detail": f"{idle.get('cpu_seconds', 'n/a')} s CPU in {idle.get('seconds', 'n/a')} s" if idle
                 else "not measured"})
-    # no regression at >= 1 MiB: against the baseline run (main before issue 11) where there is one
+    # no regression at >= 1 MiB: against the baseline run (--save-baseline) where there is one
     base = index((res.get("baseline") or {}).get("hmc-cpp") or [])
     for test in ("put_bw", "get_bw"):
         sizes = sorted(sz for t, sz in c if t == test and sz >= 1 << 20)
@@ -635,7 +635,7 @@ def tables(all_res):
     trows_text = [r[:5] for r in trows]
     details = "\n".join(f"  {r[0]}: {r[1]}: {r[5]}" for r in trows)
     txt = (text(head, rows, 2) + "\n\nOne operation in flight, p50 us, per API\n" + text(ahead, arows, 2) + anotes +
-           "\n\nRound trips, 8 B, p50 us\n" + text(rhead, rrows, 2) + "\n\nTargets (issue 11)\n" +
+           "\n\nRound trips, 8 B, p50 us\n" + text(rhead, rrows, 2) + "\n\nTargets\n" +
            text(thead[:5], trows_text, 3) + "\n" + details)
     mdt = (md(thead, trows, 3, 5) + "\n\n" + md(ahead, arows, 1) + anotes.replace("\n  ", "\n\n* ") + "\n\n" +
            md(rhead, rrows, 2) + "\n\n" +
@@ -739,7 +739,7 @@ def plot(all_res, path):
 
 
 def plot_latency(all_res, path):
-    """Latency vs size per API, one panel per transport (the figure issue 11 asks for)."""
+    """Latency vs size per API, one panel per transport."""
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -1,4 +1,4 @@
-"""Issue 11's misses, profiled: for every target row that misses, our operation beside its anchor, per
+"""The missed targets, profiled: for every target row that misses, our operation beside its anchor, per
 operation, in counts that machine load does not change much:
 
 * system calls by name (`strace -f -c`, both processes),

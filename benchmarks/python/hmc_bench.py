@@ -8,10 +8,9 @@ that the Python layer's overhead is a number next to the C++ one (docs/benchmark
         [--test put_bw,get_bw,put_lat,get_lat,tag_lat,notify_lat] [--json FILE] [--csv FILE] [--quiet]
 
 tag_lat: put, then a control tag, wait for the peer's tag (no data back). notify_lat: the same with
-put_remote(..., notify=tag) (issue 11.4); before that API is merged it prints "not available in
+put_remote(..., notify=tag); against a package without that parameter it prints "not available in
 this build" and is left out. --progress-thread passes progress_thread= to the client's session
-where the package has it (issue 11.1), else prints the same and measures nothing; "default"
-passes nothing. The blocking API runs one operation at a time (its put_bw is at depth 1).
+(against a package without it, prints the same and measures nothing); "default" passes nothing. The blocking API runs one operation at a time (its put_bw is at depth 1).
 
 `--role loopback` (default) starts the server side as a subprocess of this script (`--role server`,
 which prints "READY <ctrl_port>") and runs the client; `--role server` / `--role client --port P`
@@ -40,12 +39,12 @@ ECHO_TESTS = ("put_lat", "tag_lat", "notify_lat")  # the server answers each rou
 
 
 def has_notify():
-    """put_remote(..., notify=tag) is in this build (issue 11.4)."""
+    """put_remote(..., notify=tag) is in this build."""
     return "notify" in inspect.signature(hmc.Session.put_remote).parameters
 
 
 def has_progress_thread():
-    """Session(progress_thread=...) is in this build (issue 11.1)."""
+    """Session(progress_thread=...) is in this build."""
     return "progress_thread" in inspect.signature(hmc.Session.__init__).parameters
 SERVER_RANK = 100
 DONE = "done"

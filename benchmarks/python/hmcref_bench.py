@@ -1,4 +1,4 @@
-"""HMC side by side with the HMC reference (issue 11.7): blocking Python put_remote through the
+"""HMC side by side with the HMC reference: blocking Python put_remote through the
 reference's own API, ours and theirs interleaved in one run, on loopback between two processes.
 
     /usr/bin/python3 benchmarks/python/hmcref_bench.py [--tls shm,tcp] [--sizes 64,4K,64K,1M] [--rounds 3]

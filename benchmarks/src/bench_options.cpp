@@ -6,7 +6,7 @@
 namespace hmc::bench {
 namespace {
 
-// ProgressThread::shared (issue 11.1) where this build has it.
+// ProgressThread::shared, detected so the benchmark also builds against a library without it.
 template <class E>
 constexpr bool has_shared_progress = requires { E::shared; };
 template <class E>

@@ -5,7 +5,7 @@ completion, `_call` (a blocking core call: connect, init_server, close, ...) run
 executor. Every other line, validation included, is the Session's. Calls check their arguments when
 called, before anything is awaited.
 
-With progress_thread='caller' (the fastest; opt-in for now) the event loop itself drives the
+With progress_thread='caller' (the default, and the fastest) the event loop itself drives the
 session: there is no HMC thread. loop.add_reader(wakeup_fd) runs the session's progress() when the loop has work, every
 submission runs a pass inside its own call (an op done there needs no asyncio future), and a pass
 that wants another at once (a spinning poller) asks for it with call_soon; completions found there

@@ -67,8 +67,8 @@ void start_read(runtime::EventLoop& loop, const std::shared_ptr<CtrlConnection>&
 // Asio 1.26's io_uring backend frees a closed socket's state while the cancellation of its read
 // is still in the ring and hands that state to the next socket it registers; when the cancelled
 // read's completion comes, it re-arms that read on the old fd number. The kernel gives the next
-// socket that same number, so the stale read ate the next connection's first frame (net.scale:
-// a Unix-socket upgrade's HELLO went to the TCP leg closed just before it, and the handshake sat
+// socket that same number, so the stale read would eat the next connection's first frame (a
+// Unix-socket upgrade's HELLO taken by the TCP leg closed just before it, the handshake stuck
 // until its hello_timeout). A connection closes only its reading and writing; its fd goes when
 // nothing of it is in flight.
 TEST(CtrlConnection, ClosingWithAReadInFlightLeavesTheNextSocketItsFirstFrame) {

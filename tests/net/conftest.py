@@ -1,6 +1,5 @@
-"""Fixtures for the network tests: namespaces and peers that are always removed, measurements and
-the expected failures (fixes.py) printed in the summary, and a skip with its reason where
-namespaces cannot be made."""
+"""Fixtures for the network tests: namespaces and peers that are always removed, measurements
+printed in the summary, and a skip with its reason where namespaces cannot be made."""
 import shutil
 import tempfile
 
@@ -26,19 +25,12 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-_pending_seen = []
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     if rep.when == "call":
-        item.rep_call_failed = rep.failed or hasattr(rep, "wasxfail")
-    if rep.when == "call" and hasattr(rep, "wasxfail"):
-        observed = str(rep.longrepr).strip().splitlines() if rep.longrepr else ["(passed)"]
-        first = next((ln for ln in observed if ln.startswith("E ")), observed[-1] if observed else "")
-        _pending_seen.append(f"{item.nodeid}\n    {rep.wasxfail}\n    observed: {first.strip()}")
+        item.rep_call_failed = rep.failed
 
 
 _measured = []
@@ -54,10 +46,6 @@ def pytest_terminal_summary(terminalreporter):
     if _measured:
         terminalreporter.section("measurements")
         for line in _measured:
-            terminalreporter.write_line(line)
-    if _pending_seen:
-        terminalreporter.section("expected failures waiting for other branches' fixes")
-        for line in _pending_seen:
             terminalreporter.write_line(line)
     if _why_not:
         terminalreporter.section("skipped")

@@ -3,7 +3,6 @@
 corrupted or fail, and the forwarder's counters prove the fault was really injected."""
 import pytest
 
-from fixes import needs
 from scenario import IDLE_CPU_LIMIT_MS, IDLE_WINDOW_MS, LONG, pair, rounds, server_counts
 
 pytestmark = pytest.mark.netns
@@ -40,7 +39,6 @@ def test_rounds_through_impaired_link_lose_and_corrupt_nothing(topology, spawn, 
         assert t.checksum_errors() > 0, "no corrupted frame reached a kernel's checksum check"
 
 
-@needs("engine-netns-host")
 def test_default_transports_between_namespaces_move_verified_data(topology, spawn, record):
     """No UCX_TLS, no device list, automatic control transport: what a user gets by default. On one
     kernel UCX may pick shared memory here; whatever it picks must work and must not spin."""

@@ -5,7 +5,6 @@ import time
 
 import pytest
 
-from fixes import needs
 from netns import IP_A, IP_B
 from scenario import (IDLE_CPU_LIMIT_MS, IDLE_WINDOW_MS, LONG, LOSS_STATUSES, SPIN_LIMIT_MS, client_in_a, connect,
                       flood_result, now_ms, rounds, serve, served, server_counts, server_in_b)
@@ -126,8 +125,7 @@ def test_server_killed_with_pipelines_in_flight(spawn, topology, record, where):
     kill_server(spawn, topology, record, where, "pipe")
 
 
-# Issue 8 defect 3: ops abandoned by a peer loss kept the 2 ms safety timer firing forever.
-@needs("engine-terminal-ops")
+# Ops abandoned by a peer loss must not keep the loop's 2 ms safety timer firing.
 @pytest.mark.netns
 @pytest.mark.parametrize("role", ["client", "server"])
 def test_survivor_idles_under_one_percent_after_peer_killed(spawn, topology, record, role):
@@ -138,10 +136,9 @@ def test_survivor_idles_under_one_percent_after_peer_killed(spawn, topology, rec
 CLOSES = 200 if LONG else 30
 
 
-# Issue 8 defect 1 as reported: a 64 MiB pipeline in 64 KiB chunks, window 4, whose peer closes a
-# few ms in. On main the server dies of std::terminate (std::out_of_range from peers_.at) within the
-# first few of these runs (10 of 10 test runs); many short runs, so a regression shows.
-@needs("engine-terminal-ops")
+# A 64 MiB pipeline in 64 KiB chunks, window 4, whose peer closes a few ms in: chunks completing
+# after the peer is gone must not reach a removed peer (std::out_of_range from peers_.at would end
+# the server); many short runs, because the race shows only in some of them.
 @pytest.mark.netns
 def test_peer_closing_mid_pipeline_never_aborts_the_survivor(spawn, topology, record):
     t = topology()

@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-from fixes import needs
 from netns import IP_B
 from procs import fields
 from scenario import (IDLE_CPU_LIMIT_MS, IDLE_WINDOW_MS, LONG, connect, now_ms, pair, rounds, serve, served,
@@ -42,7 +41,6 @@ def test_link_down_mid_transfer_and_back_loses_nothing(topology, spawn, record, 
     assert c["rounds"] == done["n"] and c["bad"] == 0
 
 
-@needs("ctrl-liveness", "engine-terminal-ops")
 @pytest.mark.parametrize("how", ["blackhole", "nftables"])
 def test_black_hole_times_out_then_peer_lost_then_reconnects(topology, spawn, record, how):
     t = topology()

@@ -2,7 +2,6 @@
 start and the end: no growth beyond a small tolerance. 5 s in CI, 60 s with HMC_NET_LONG=1."""
 import pytest
 
-from fixes import needs
 from scenario import LONG, connect, rounds, serve, served, server_counts
 
 SECONDS = 60 if LONG else 5
@@ -38,7 +37,7 @@ CHURN_CYCLES = 20 if LONG else 5
 CHURN_CLIENTS = 16
 
 
-@pytest.mark.parametrize("tls", [pytest.param("shm", marks=needs("engine-peer-release")), "tcp"])
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
 def test_connect_churn_keeps_server_flat(spawn, record, tls):
     """Clients come, move verified data and leave, cycle after cycle: what each peer costs the
     server (endpoints, rkeys, sockets, inboxes, address entries) must go with it."""

@@ -1,5 +1,5 @@
 """hmc.Future callbacks run when the operation completes, whether or not anybody waits, on a thread
-that holds the GIL and is not an HMC loop thread (issue 10); Session.wait takes Futures and ids."""
+that holds the GIL and is not an HMC loop thread; Session.wait takes Futures and ids."""
 import asyncio
 import logging
 import threading

@@ -1,5 +1,5 @@
 """put(..., notify=tag) / put_remote(..., notify=tag): the peer's ctrl_recv gets the tag only after
-every byte of the put is in its buffer (issue 11.4), blocking and asyncio, over shm and tcp."""
+every byte of the put is in its buffer, blocking and asyncio, over shm and tcp."""
 import asyncio
 import os
 import threading

@@ -1,5 +1,5 @@
-"""Closing and releasing while other threads and transfers use a session; inputs that used to be
-sent wrong (issue 8). The crash-prone cases run in a child process: a crash fails the test."""
+"""Closing and releasing while other threads and transfers use a session; inputs that must not be
+sent wrong. The crash-prone cases run in a child process: a crash fails the test."""
 import asyncio
 import gc
 import math

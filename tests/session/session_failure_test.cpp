@@ -45,8 +45,8 @@ struct Fixture {
   }
 };
 
-// Issue 8.1: chunks of a pipeline that complete after their peer was removed used to post the next
-// chunk through peers_.at(rank): std::out_of_range escaped the poller and terminated the process.
+// Chunks of a pipeline that complete after their peer was removed must not post the next chunk to
+// that peer (a lookup of the removed rank would throw from the poller and end the process).
 TEST(SessionFailure, PeerDestroyedMidPipelineFailsTheOperationAndNothingElse) {
   Fixture f;
   constexpr std::size_t kSize = 64u << 20;
@@ -66,7 +66,7 @@ TEST(SessionFailure, PeerDestroyedMidPipelineFailsTheOperationAndNothingElse) {
   }
 }
 
-// Issue 11.4: put_notify reaches one terminal state like a put: peer lost mid-flight (tcp and shm)
+// put_notify reaches one terminal state like a put: peer lost mid-flight (tcp and shm)
 // gives PeerLostError (or ClosedError, NotConnectedError once the loss is known), and nothing hangs.
 TEST(SessionFailure, PutNotifyInFlightWhenThePeerGoesFailsTyped) {
   Fixture f;
@@ -114,9 +114,9 @@ TEST(SessionFailure, PutNotifyPastItsDeadlineIsATimeoutError) {
   EXPECT_EQ(server->ctrl_recv(1, 20s), 6u);
 }
 
-// Issue 8.2: after TimeoutError a pipeline used to keep refilling its window, overwriting the
-// caller's buffer long after it was told the get failed. Now at most the chunks in flight when the
-// error was reported (window x chunk bytes) may still land.
+// After TimeoutError a pipeline stops refilling its window, so the caller's buffer is not overwritten
+// after it was told the get failed: at most the chunks in flight when the error was reported
+// (window x chunk bytes) may still land.
 TEST(SessionFailure, TimedOutPipelineStopsWritingTheCallersBuffer) {
   Fixture f;
   constexpr std::size_t kSize = 128u << 20, kChunk = 256, kWindow = 2;
@@ -138,8 +138,8 @@ TEST(SessionFailure, TimedOutPipelineStopsWritingTheCallersBuffer) {
   EXPECT_TRUE(holds(server->buffer(), 0, 4096, 8));
 }
 
-// Issue 8.3: operations abandoned when their peer was lost kept has_pending() true, and the loop's
-// 2 ms safety timer fired ~500 times a second forever. Now the loop thread sleeps again.
+// Operations abandoned when their peer was lost must not keep has_pending() true (the loop's 2 ms
+// safety timer would fire ~500 times a second): the loop thread sleeps again.
 TEST(SessionFailure, LoopGoesIdleAfterAPeerIsLostWithGetsInFlight) {
   Fixture f;
   constexpr std::size_t kSize = 64u << 20;
@@ -163,8 +163,8 @@ TEST(SessionFailure, LoopGoesIdleAfterAPeerIsLostWithGetsInFlight) {
   EXPECT_LT(idle.cpu, 0.05);
 }
 
-// Issue 8.9: a RegisteredMemory names a region of the session that made it; another session must
-// refuse it (region ids are per session, so it used to pick that session's own region of that id).
+// A RegisteredMemory names a region of the session that made it; another session must refuse it
+// (region ids are per session, so accepting it would pick that session's own region of that id).
 TEST(SessionFailure, RegisteredMemoryOfAnotherSessionIsRefused) {
   Fixture f;
   auto server = f.server("shm", 1u << 20);
@@ -181,8 +181,8 @@ TEST(SessionFailure, RegisteredMemoryOfAnotherSessionIsRefused) {
   EXPECT_EQ(got, mine);
 }
 
-// Issue 8.6: two clients on one host both advertise (127.0.0.1, 0). The address table used to keep
-// only the last one, so the first was unreachable by ip (and silently replaced).
+// Two clients on one host both advertise (127.0.0.1, 0). The address table keeps both: the shared
+// ip names both ranks, and once the second leaves it resolves to the first.
 TEST(SessionFailure, TwoClientsOnOneHostStayDistinctAndLeaveNoStaleEntries) {
   Fixture f;
   auto server = f.server("shm", 1u << 20);

@@ -1,4 +1,4 @@
-// Issue 8.8: two sessions in two network namespaces of one kernel share a boot id but not the
+// Two sessions in two network namespaces of one kernel share a boot id but not the
 // abstract Unix sockets UCX's shared-memory transports signal through. They must talk over the
 // network (default UCX_TLS, event mode), with verified puts and tags both ways, and never spin.
 // Needs root and `ip netns`; skips with the reason otherwise. The keepalive case takes ~15 s and

@@ -140,10 +140,10 @@ TEST_P(SessionProcessTest, OperationsOnAKilledClientRaisePeerLostErrorSayingHow)
   }
 }
 
-// Issue 8.8 (the spin): a receiver that does not consume (stopped here; a peer in another network
+// A receiver that does not consume (stopped here; a peer in another network
 // namespace that never gets UCX's shared-memory wake-up looks the same) lets the sender's fast-path
-// messages fill UCX's queue. ucp_worker_arm then answers BUSY for as long as sends are pending and
-// the loop used to progress again at once: a core at 100% until the operations timed out.
+// messages fill UCX's queue. ucp_worker_arm then answers BUSY for as long as sends are pending; the
+// loop must not progress again at once (a core at 100% until the operations time out).
 TEST_P(SessionProcessTest, SenderToAStoppedPeerWaitsWithoutSpinning) {
   auto child = spawn_client(1, -1);
   for (std::uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(serve_round(1, i));

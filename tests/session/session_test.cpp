@@ -102,7 +102,7 @@ TEST_P(SessionTest, TenThousandPutNbInFlightAllComplete) {
   EXPECT_TRUE(holds(server->buffer(), 0, kOps * kSize, 77));
 }
 
-// Issue 11: completions are batched per loop turn and puts share flushes, yet each put still
+// Completions are batched per loop turn and puts share flushes, yet each put still
 // completes only once its bytes are at the peer: 64 coroutine lanes keep 64 puts in flight (8 B
 // and 4 KiB), each with a fresh pattern, and check the peer's bytes when their completion arrives.
 TEST_P(SessionTest, EachOfManyPutsInFlightIsAtThePeerWhenItCompletes) {
@@ -149,7 +149,7 @@ TEST_P(SessionTest, TagAfterPutNeverShowsStaleBytes) {
   EXPECT_EQ(stale.load(), 0) << "a tag overtook its put";
 }
 
-// Issue 11.4: put_notify's tag reaches ctrl_recv only after every byte of its put, with several
+// put_notify's tag reaches ctrl_recv only after every byte of its put, with several
 // put_notify in flight, plain ctrl_send tags between them (same order as sent) and sizes from 8 B
 // to 1 MiB. The receiver checks every byte behind every tag before it lets the region be reused.
 TEST_P(SessionTest, PutNotifyTagNeverArrivesBeforeItsBytes) {

@@ -168,8 +168,8 @@ TEST_F(OpEngineTest, PipelineKeepsItsWindowAndEndsWithOneFlush) {
   EXPECT_FALSE(**result);
 }
 
-// Issue 8.1: a chunk that completes after its peer was removed must not post anything (it used to
-// throw std::out_of_range from the poller and terminate the process).
+// A chunk that completes after its peer was removed must not post anything (a lookup of the
+// removed peer would throw std::out_of_range from the poller and end the process).
 TEST_F(OpEngineTest, CompletionAfterPeerRemovalPostsNothing) {
   make();
   auto result = submit(pipeline(false, 1000, 10, 4));
@@ -183,7 +183,7 @@ TEST_F(OpEngineTest, CompletionAfterPeerRemovalPostsNothing) {
   EXPECT_EQ(engine->live_operations(), 0u);
 }
 
-// Issue 8.2: after TimeoutError nothing more is posted; what was in flight may still complete.
+// After TimeoutError nothing more is posted; what was in flight may still complete.
 TEST_F(OpEngineTest, TimedOutPipelinePostsNothingMore) {
   make({50ms, 1024});
   auto result = submit(pipeline(false, 1 << 20, 64, 2));
@@ -197,7 +197,7 @@ TEST_F(OpEngineTest, TimedOutPipelinePostsNothingMore) {
   EXPECT_EQ(engine->live_operations(), 0u);
 }
 
-// Issue 8.3: posts a removed peer's endpoint never returns must not keep the loop's safety timer.
+// Posts a removed peer's endpoint never returns must not keep the loop's safety timer.
 TEST_F(OpEngineTest, NothingPendingAfterPeerLossEvenIfItsPostsNeverReturn) {
   make();
   auto get = submit(pipeline(false, 1000, 10, 4));
@@ -212,7 +212,7 @@ TEST_F(OpEngineTest, NothingPendingAfterPeerLossEvenIfItsPostsNeverReturn) {
   EXPECT_EQ(engine->live_operations(), 1u);   // the get's record until its chunks return
 }
 
-// Issue 8.9: a batch whose segment k is refused must not complete while segments 0..k-1 may still
+// A batch whose segment k is refused must not complete while segments 0..k-1 may still
 // read the caller's memory: it fails only after the flush that covers them.
 TEST_F(OpEngineTest, BatchWithARefusedSegmentFailsOnlyAfterTheEarlierOnesAreFlushed) {
   make();
@@ -260,7 +260,7 @@ TEST_F(OpEngineTest, UnknownPeerAndMessagesReachOneTerminalState) {
   EXPECT_EQ(status_of(**sent), Status::PEER_LOST);
 }
 
-// Issue 11.4: put-with-notify is the puts, then one notify post (which covers their flush), and one
+// Put-with-notify is the puts, then one notify post (which covers their flush), and one
 // completion once the notify is reported.
 TEST_F(OpEngineTest, PutNotifyPostsItsPutsThenOneNotifyAndCompletesWhenItIsReported) {
   make();
@@ -304,7 +304,7 @@ TEST_F(OpEngineTest, PutNotifyToALostPeerOrPastItsDeadlineEndsTyped) {
   EXPECT_EQ(engine->live_operations(), 0u);
 }
 
-// Issue 11.2: once warm, a put costs no allocation in the engine and no new record, whether its
+// Once warm, a put costs no allocation in the engine and no new record, whether its
 // flush completes inline (shared memory) or later (tcp).
 TEST_F(OpEngineTest, SteadyStatePutsAllocateNothingAndReuseTheirRecords) {
   make();
@@ -338,7 +338,7 @@ TEST_F(OpEngineTest, SteadyStatePutsAllocateNothingAndReuseTheirRecords) {
   }
 }
 
-// Issue 11.2: puts that completions submit (coroutines at depth D resuming one after another) share
+// Puts that completions submit (coroutines at depth D resuming one after another) share
 // one flush after those completions ran, not one flush each, and none completes before it.
 TEST_F(OpEngineTest, PutsSubmittedByCompletionsShareOneFlushAfterThem) {
   make();
@@ -367,7 +367,7 @@ TEST_F(OpEngineTest, PutsSubmittedByCompletionsShareOneFlushAfterThem) {
   EXPECT_EQ(engine->live_operations(), 0u);
 }
 
-// Issue 11.2: completions found in one loop turn run from one post, in the order their operations
+// Completions found in one loop turn run from one post, in the order their operations
 // ended, never inside submit(); a throwing completion loses none of the others; an engine destroyed
 // with completions still queued hands them to the loop.
 TEST_F(OpEngineTest, CompletionsRunLaterInOrderFromOnePost) {

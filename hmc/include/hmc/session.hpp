@@ -1,6 +1,7 @@
 #pragma once
-// A Session: one registered buffer, a control channel and the UCX data plane, on its own event
-// loop thread (or driven by the caller's threads: ProgressThread). Peers are ranks; once
+// A Session: one registered buffer, a control channel and one data transport (UCX by default, or
+// verbs when its peers connect over RDMA), on its own event loop thread (or driven by the caller's
+// threads: ProgressThread). Peers are ranks; once
 // connected either side can put to and get from the other.
 // Every async_* operation takes an Asio completion token (use_awaitable, the default; use_future;
 // a callback) and completes with a std::exception_ptr holding a typed hmc::Error (null on success). All

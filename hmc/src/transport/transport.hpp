@@ -1,6 +1,6 @@
 #pragma once
-// The one interface the Session uses for its data plane, whatever carries the bytes (UCX today,
-// verbs next). A transport is a Poller the loop drives; it owns a peer table, an OpEngine for its
+// The one interface the Session uses for its data plane, whatever carries the bytes (UCX or
+// verbs). A transport is a Poller the loop drives; it owns a peer table, an OpEngine for its
 // operations, a RegionTable for its memory and the control fast path. Loop thread only.
 #include <cstdint>
 #include <functional>
