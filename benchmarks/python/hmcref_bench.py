@@ -5,13 +5,13 @@ reference's own API, ours and theirs interleaved in one run, on loopback between
         [--ours build/python] [--hmcref PYTHONPATH | --hmcref-build SCRIPT] [--json FILE] [--quick]
         [--progress-thread own|shared|caller]
 
-The reference is built by /work/shared/tools/hmcref-build.sh (or --hmcref-build / $HMCREF_BUILD),
+The reference is built by ../shared/tools/hmcref-build.sh beside the checkout (or --hmcref-build / $HMCREF_BUILD),
 which prints its PYTHONPATH; when it cannot be built (no mirror, no compiler) this prints
 "HMC reference: skipped (...)" and measures ours alone. Both sides run the same code, written
 against the reference README's calls only (create_session, init_server(bind_ip, ucx_port,
 rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir), connect(peer_id, self_id, peer_ip, data_port,
 ctrl_tcp_port, conn), sess.buf.put, put_remote(ip, port, local_off, remote_off, nbytes, conn),
-ctrl_send / ctrl_recv), as /work/shared/tools/hmcref_put.py does. Each round starts one server
+ctrl_send / ctrl_recv), as ../shared/tools/hmcref_put.py does. Each round starts one server
 and one client process per library, alternating which goes first; each point is the best (lowest
 p50) over the rounds. After each size the server checks its buffer holds the client's bytes.
 
@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 IP = "127.0.0.1"
 HELLO = 7
 TLS_ENV = {"shm": "posix,sysv,cma,tcp", "tcp": "tcp"}
-DEFAULT_BUILD = "/work/shared/tools/hmcref-build.sh"
+DEFAULT_BUILD = os.path.join(os.path.dirname(ROOT), "shared", "tools", "hmcref-build.sh")
 
 
 def ops_for(size, scale):

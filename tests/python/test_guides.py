@@ -1,7 +1,7 @@
 """Every Python example of the two reference guides runs as written, with only IPs and ports changed,
 each against a peer process running the guide's own server example; blocking and asyncio.
 
-The examples are read from the guides themselves (HMC_REFERENCE_DIR, default /work/shared/reference)
+The examples are read from the guides themselves (HMC_REFERENCE_DIR, default ../shared/reference beside the checkout)
 so that what is tested is exactly what users copy; without the guides these tests are skipped.
 """
 import json
@@ -18,7 +18,7 @@ import hmc
 from conftest import PYTHON
 
 HERE = pathlib.Path(__file__).parent
-REFERENCE = pathlib.Path(os.environ.get("HMC_REFERENCE_DIR", "/work/shared/reference"))
+REFERENCE = pathlib.Path(os.environ.get("HMC_REFERENCE_DIR", HERE.parent.parent.parent / "shared" / "reference"))
 SDK_GUIDE = REFERENCE / "hmc-python-sdk-guide.md"
 README = REFERENCE / "hmc-readme.md"
 IPS = {"192.168.2.244": "127.0.0.1", "192.168.2.248": "127.0.0.1"}
