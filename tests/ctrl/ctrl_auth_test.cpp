@@ -324,6 +324,15 @@ TEST_F(CtrlAuthTest, AuthenticatedPeersAreNeverEvictedAndABusyClientRetriesUntil
   }
 }
 
+// Returns once `sent` made no progress for 500 ms (at most 20 s).
+void wait_until_stalled(const std::atomic<int>& sent) {
+  int last = -1;
+  for (int i = 0; i < 40 && sent.load() != last; ++i) {
+    last = sent.load();
+    std::this_thread::sleep_for(500ms);
+  }
+}
+
 TEST_F(CtrlAuthTest, AFullInboxStopsReadingAndTheSenderWaitsThenEverythingArrivesInOrder) {
   CtrlOptions o = keyed("the right test key", dir);
   o.inbox_budget = 1u << 20;
@@ -339,12 +348,7 @@ TEST_F(CtrlAuthTest, AFullInboxStopsReadingAndTheSenderWaitsThenEverythingArrive
       if (!e) ++sent;
     });
   }
-  // Wait until sending stalls (no progress for 500 ms): the receiver is not reading.
-  int last = -1;
-  for (int i = 0; i < 40 && sent.load() != last; ++i) {
-    last = sent.load();
-    std::this_thread::sleep_for(500ms);
-  }
+  wait_until_stalled(sent);  // the receiver is not reading
   std::printf("with a 1 MiB inbox budget, %d of %d sends of 512 KiB reached the kernel before the receiver drained\n",
               sent.load(), kMessages);
   EXPECT_LT(sent.load(), kMessages) << "the receiver kept reading past its inbox budget";
@@ -379,11 +383,7 @@ TEST_F(CtrlAuthTest, AllInboxesTogetherStopAtTheirTotalAndAReceivedPeerStillFlow
       });
     }
   }
-  int last = -1;
-  for (int i = 0; i < 40 && sent.load() != last; ++i) {
-    last = sent.load();
-    std::this_thread::sleep_for(500ms);
-  }
+  wait_until_stalled(sent);
   std::printf("with a 2 MiB total inbox budget, %d of %d sends of 512 KiB from %d peers reached the kernel\n",
               sent.load(), kHoarders * kMessages, kHoarders);
   EXPECT_LT(sent.load(), kHoarders * kMessages) << "the receiver kept reading past the total inbox budget";

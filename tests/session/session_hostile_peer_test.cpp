@@ -181,11 +181,34 @@ class HostilePeerTest : public ::testing::Test {
     server.reset();
     std::filesystem::remove_all(dir);
   }
+  // The fast path's header with the secret the server gave this peer: its messages are its own.
+  static std::array<std::byte, 12> fast_header(const detail::UcxPeerInfo& info) {
+    std::array<std::byte, 12> header{};
+    detail::store_le32(header.data(), 0x31464d48);
+    detail::store_le64(header.data() + 4, info.fast_token);
+    return header;
+  }
   static std::vector<std::byte> tag_body(std::uint64_t tag) {
     std::vector<std::byte> body(9);
     body[0] = static_cast<std::byte>(CtrlKind::tag);
     detail::store_le64(body.data() + 1, tag);
     return body;
+  }
+  // A raw peer holding its own fast-path secret sends `count` messages of `size` bytes and never a
+  // SWITCH: true when the server disconnects it within 10 s.
+  bool raw_fast_sender_dropped(std::size_t size, int count) {
+    RawCtrlPeer ctrl(9, dir);
+    const detail::UcxPeerInfo info = ctrl.connect(server->ctrl_port());
+    RawUcxPeer raw("tcp");
+    raw.connect(info.worker_address);
+    if (!raw.ok()) {
+      ADD_FAILURE() << "the raw UCX peer could not connect";
+      return false;
+    }
+    std::vector<std::byte> body(size, std::byte{5});
+    body[0] = static_cast<std::byte>(CtrlKind::bytes);
+    for (int i = 0; i < count; ++i) raw.send(fast_header(info), body);
+    return ctrl.dropped_within(10s);
   }
   // The real client still gets through, in order.
   void real_client_still_served() {
@@ -219,36 +242,15 @@ TEST_F(HostilePeerTest, ForgedFastPathSenderIsDropped) {
 // A fast-path message over the limit is refused before anything is allocated for it, and
 // its sender (identified by the secret it was given) is disconnected.
 TEST_F(HostilePeerTest, OversizedFastPathMessageDisconnectsItsSender) {
-  RawCtrlPeer ctrl(9, dir);
-  const detail::UcxPeerInfo info = ctrl.connect(server->ctrl_port());
-  RawUcxPeer raw("tcp");
-  raw.connect(info.worker_address);
-  ASSERT_TRUE(raw.ok());
-  std::array<std::byte, 12> header{};
-  detail::store_le32(header.data(), 0x31464d48);
-  detail::store_le64(header.data() + 4, info.fast_token);
-  std::vector<std::byte> huge(128u << 10, std::byte{3});
-  huge[0] = static_cast<std::byte>(CtrlKind::bytes);
-  raw.send(header, huge);
-  EXPECT_TRUE(ctrl.dropped_within(10s)) << "the sender of an oversized message is still connected";
+  EXPECT_TRUE(raw_fast_sender_dropped(128u << 10, 1)) << "the sender of an oversized message is still connected";
   real_client_still_served();
 }
 
 // Fast-path messages held before the sender's SWITCH are bounded in bytes (the inbox budget), not
 // only in number: past it the sender is disconnected and nothing it sent is delivered.
 TEST_F(HostilePeerTest, FastPathBytesBeforeTheSwitchPastTheInboxBudgetDisconnectTheSender) {
-  RawCtrlPeer ctrl(9, dir);
-  const detail::UcxPeerInfo info = ctrl.connect(server->ctrl_port());
-  RawUcxPeer raw("tcp");
-  raw.connect(info.worker_address);
-  ASSERT_TRUE(raw.ok());
-  std::array<std::byte, 12> header{};
-  detail::store_le32(header.data(), 0x31464d48);
-  detail::store_le64(header.data() + 4, info.fast_token);
-  std::vector<std::byte> body(60u << 10, std::byte{5});  // under max_frame_length
-  body[0] = static_cast<std::byte>(CtrlKind::bytes);
-  for (int i = 0; i < 8; ++i) raw.send(header, body);  // 480 KiB, never a SWITCH
-  EXPECT_TRUE(ctrl.dropped_within(10s)) << "480 KiB held before the SWITCH with a 256 KiB inbox budget";
+  // 8 x 60 KiB (each under max_frame_length) = 480 KiB, never a SWITCH.
+  EXPECT_TRUE(raw_fast_sender_dropped(60u << 10, 8)) << "480 KiB held before the SWITCH with a 256 KiB inbox budget";
   real_client_still_served();
 }
 

@@ -53,9 +53,11 @@ class StoreTest : public ::testing::Test {
   std::string url;
 };
 
-// A raw TCP connection to the server, for bytes no client would send.
-int raw_connect(std::uint16_t port) {
+// A raw TCP connection to the server, for bytes no client would send; `rcvbuf` > 0 shrinks its
+// receive buffer (set before connecting, so the window is small from the start).
+int raw_connect(std::uint16_t port, int rcvbuf = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
@@ -356,17 +358,8 @@ long rss_kib() {
 // (a small receive buffer), for requests no client would send without reading the replies.
 int raw_authenticated(std::uint16_t port, bool* welcomed = nullptr) {
   namespace wire = detail::store_wire;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const int small = 4096;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
+  const int fd = raw_connect(port, 4096);
+  if (fd < 0) return -1;
   const detail::Nonce mine = detail::random_nonce();
   std::vector<std::byte> hello(mine.begin(), mine.end());
   hello.push_back(std::byte{1});
