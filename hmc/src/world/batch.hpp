@@ -11,6 +11,8 @@ class Batch {
  public:
   explicit Batch(runtime::loop_executor ex) : wake_(ex) {}
   void add() { ++pending_; }
+  // After the first fault the batch's collective is over for its caller, whose memory it may no longer touch.
+  bool failed() const { return fault_.has_value(); }
   void done(std::optional<Fault> f) {
     --pending_;
     if (f && !fault_) fault_ = std::move(f);

@@ -301,7 +301,9 @@ void WorldImpl::expect(const std::shared_ptr<Batch>& b, std::uint32_t from, Worl
                                    std::to_string(msg->seq) + " step " + std::to_string(msg->step) + ", expected a " +
                                    to_string(kind) + " of round " + std::to_string(seq) + " step " +
                                    std::to_string(step) + " (every rank must call the same collectives in order)"});
-        if (on) {
+        // A late message of a batch that already failed must not write into the caller's buffers:
+        // the collective has returned (or is returning) its error and the caller may have freed them.
+        if (on && !b->failed()) {
           try {
             on(*msg, piece);
           } catch (const Fault& f) {
