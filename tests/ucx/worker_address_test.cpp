@@ -76,6 +76,8 @@ struct Synthetic {
   int paths = -1;  // -1: no number-of-paths byte
   std::uint8_t lane = 0;
   float overhead = 1e-8f, bandwidth = 1e9f, latency = 1e-7f;
+  std::uint16_t csum = 0x1234;               // the transport; 0xd3a7 is posix
+  std::vector<unsigned> iface_addr{1, 2, 3};  // a posix one starts with its 8-byte segment id
 
   Bytes build() const {
     Bytes b;
@@ -91,11 +93,11 @@ struct Synthetic {
     if (paths >= 0) u8(static_cast<unsigned>(paths));
     u8(0xaa), u8(0xbb);
     for (unsigned t = 0; t < ifaces; ++t) {
-      u8(0x34), u8(0x12);  // transport name checksum
+      u8(csum & 0xff), u8(csum >> 8);
       f32(overhead), f32(bandwidth), f32(latency);
       for (int i = 0; i < 4; ++i) u8(0);  // priority and flags
-      u8((t + 1 == ifaces ? 0x80 : 0) | (eps > 0 ? 0x40 : 0) | 3);
-      u8(1), u8(2), u8(3);
+      u8((t + 1 == ifaces ? 0x80 : 0) | (eps > 0 ? 0x40 : 0) | static_cast<unsigned>(iface_addr.size()));
+      for (unsigned v : iface_addr) u8(v);
       for (unsigned e = 0; e < eps; ++e) {
         u8(2), u8(9), u8(9);
         u8((e + 1 == eps ? 0x80 : 0) | (e == 0 ? lane : e % 6));
@@ -183,6 +185,23 @@ TEST(WorkerAddress, SyntheticLimits) {
   expect_refused(Synthetic{.eps = 1, .lane = 0x3f}.build(), "lane index");
   EXPECT_EQ(check_worker_address(Synthetic{.paths = 2}.build()), "");
   expect_refused(Synthetic{.paths = 0}.build(), "zero paths");
+}
+
+// posix opens what its segment id's flags say: /proc/<pid>/fd or shm_open (what peers send); with
+// neither UCX reads a directory from the address (asserting when there is none).
+TEST(WorkerAddress, PosixSegmentFlags) {
+  const unsigned procfs = 0x80, shm_open = 0x40, pid_ns = 0x10;  // the id's top byte
+  const std::uint16_t posix = 0xd3a7;
+  EXPECT_EQ(check_worker_address(Synthetic{.csum = posix, .iface_addr = {1, 0, 0, 0, 0, 0, 0, procfs}}.build()), "");
+  EXPECT_EQ(check_worker_address(Synthetic{.csum = posix, .iface_addr = {1, 0, 0, 0, 0, 0, 0, shm_open}}.build()), "");
+  expect_refused(Synthetic{.csum = posix, .iface_addr = {1, 0, 0, 0, 0, 0, 0, 0}}.build(),
+                 "neither procfs nor shm_open");
+  expect_refused(Synthetic{.csum = posix, .iface_addr = {1, 2, 3}}.build(), "posix interface address too short");
+  expect_refused(Synthetic{.csum = posix, .iface_addr = {1, 0, 0, 0, 0, 0, 0, procfs | pid_ns}}.build(),
+                 "without its PID namespace");
+  Synthetic with_ns{.csum = posix, .iface_addr = {1, 0, 0, 0, 0, 0, 0, procfs | pid_ns}};
+  with_ns.iface_addr.resize(16, 7);
+  EXPECT_EQ(check_worker_address(with_ns.build()), "");
 }
 
 TEST(WorkerAddress, EmptyResourceList) {

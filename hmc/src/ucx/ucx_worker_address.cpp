@@ -23,6 +23,12 @@ constexpr std::size_t kIfaceAttrSize = 16;      // v1 packed attributes: 3 float
 constexpr unsigned kMaxResources = 128;         // UCP_MAX_RESOURCES: UCX's unpacked list holds this many
 constexpr unsigned kMaxLanes = 6;               // UCP_MAX_LANES: ep addresses per iface, lane indices
 constexpr unsigned kMaxDevices = 64;            // device indices stay within UCX's 64-bit device maps
+// The posix shared-memory transport (tl_name_csum = ucs_crc16_string("posix")) reads its iface
+// address as a segment id whose flags say how to open the segment (uct/sm/mm/posix/mm_posix.c).
+constexpr std::uint16_t kPosixCsum = 0xd3a7;
+constexpr std::uint64_t kPosixProcfs = 1ull << 63;   // /proc/<pid>/fd/<fd>: what our peers send
+constexpr std::uint64_t kPosixShmOpen = 1ull << 62;  // shm_open of a name made from the id
+constexpr std::uint64_t kPosixPidNs = 1ull << 60;    // an 8-byte PID namespace follows the id
 
 class Walker {
  public:
@@ -100,7 +106,9 @@ std::string check_worker_address(std::span<const std::byte> address) {
     if ((md & kMdEmptyDev) != 0) continue;
     for (bool last_iface = false; !last_iface;) {
       if (++ifaces > kMaxResources) return bad("more than 128 interfaces", w.at());
-      if (!w.skip(2)) return bad("truncated transport name checksum", w.at());
+      std::uint8_t csum_lo = 0, csum_hi = 0;
+      if (!w.byte(csum_lo) || !w.byte(csum_hi)) return bad("truncated transport name checksum", w.at());
+      const auto csum = static_cast<std::uint16_t>(csum_lo | (csum_hi << 8));
       const std::size_t attr_at = w.at();
       const std::byte* attr = w.here();
       if (!w.skip(kIfaceAttrSize)) return bad("truncated interface attributes", attr_at);
@@ -113,7 +121,20 @@ std::string check_worker_address(std::span<const std::byte> address) {
       std::uint8_t iface = 0;
       if (!w.byte(iface)) return bad("truncated interface address length", w.at());
       last_iface = (iface & kFlagLast) != 0;
-      if (!w.skip(iface & kIfaceLenMask)) return bad("truncated interface address", w.at());
+      const std::size_t iface_at = w.at();
+      const std::byte* iface_addr = w.here();
+      const std::size_t iface_len = iface & kIfaceLenMask;
+      if (!w.skip(iface_len)) return bad("truncated interface address", w.at());
+      if (csum == kPosixCsum) {
+        // Neither flag makes UCX open a directory named by the address (absent: it asserts).
+        std::uint64_t seg_id = 0;
+        if (iface_len < sizeof seg_id) return bad("posix interface address too short", iface_at);
+        std::memcpy(&seg_id, iface_addr, sizeof seg_id);
+        if ((seg_id & (kPosixProcfs | kPosixShmOpen)) == 0)
+          return bad("posix segment neither procfs nor shm_open", iface_at);
+        if ((seg_id & kPosixPidNs) != 0 && iface_len < 2 * sizeof seg_id)
+          return bad("posix interface address without its PID namespace", iface_at);
+      }
       if ((iface & kIfaceHasEpAddr) == 0) continue;
       unsigned eps = 0;
       for (bool last_ep = false; !last_ep;) {
