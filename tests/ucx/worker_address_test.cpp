@@ -78,6 +78,7 @@ struct Synthetic {
   float overhead = 1e-8f, bandwidth = 1e9f, latency = 1e-7f;
   std::uint16_t csum = 0x1234;               // the transport; 0xd3a7 is posix
   std::vector<unsigned> iface_addr{1, 2, 3};  // a posix one starts with its 8-byte segment id
+  unsigned dev_len = 2;
 
   Bytes build() const {
     Bytes b;
@@ -89,9 +90,9 @@ struct Synthetic {
     u8(0x00);                                // v1, no flags
     for (int i = 0; i < 8; ++i) u8(0x11);    // uuid
     u8(0x01);                                // md index 1
-    u8(0x80 | (paths >= 0 ? 0x40 : 0) | 2);  // last device, 2-byte device address
+    u8(0x80 | (paths >= 0 ? 0x40 : 0) | dev_len);  // the last device
     if (paths >= 0) u8(static_cast<unsigned>(paths));
-    u8(0xaa), u8(0xbb);
+    for (unsigned i = 0; i < dev_len; ++i) u8(0xaa);
     for (unsigned t = 0; t < ifaces; ++t) {
       u8(csum & 0xff), u8(csum >> 8);
       f32(overhead), f32(bandwidth), f32(latency);
@@ -202,6 +203,18 @@ TEST(WorkerAddress, PosixSegmentFlags) {
   Synthetic with_ns{.csum = posix, .iface_addr = {1, 0, 0, 0, 0, 0, 0, procfs | pid_ns}};
   with_ns.iface_addr.resize(16, 7);
   EXPECT_EQ(check_worker_address(with_ns.build()), "");
+}
+
+// UCP hands a transport NULL for an empty address; posix, cma and tcp read their device address,
+// and every known transport its iface address.
+TEST(WorkerAddress, KnownTransportsGetTheirAddresses) {
+  const std::uint16_t self = 0x7563, cma = 0x8b47, tcp = 0x19cf;
+  EXPECT_EQ(check_worker_address(Synthetic{.csum = self, .dev_len = 0}.build()), "");
+  EXPECT_EQ(check_worker_address(Synthetic{.csum = cma}.build()), "");
+  expect_refused(Synthetic{.csum = cma, .dev_len = 0}.build(), "device without an address");
+  expect_refused(Synthetic{.csum = tcp, .dev_len = 0}.build(), "device without an address");
+  expect_refused(Synthetic{.csum = self, .iface_addr = {}}.build(), "empty interface address");
+  EXPECT_EQ(check_worker_address(Synthetic{.csum = 0x1234, .iface_addr = {}, .dev_len = 0}.build()), "");
 }
 
 TEST(WorkerAddress, EmptyResourceList) {

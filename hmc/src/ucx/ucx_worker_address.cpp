@@ -26,6 +26,18 @@ constexpr unsigned kMaxDevices = 64;            // device indices stay within UC
 // The posix shared-memory transport (tl_name_csum = ucs_crc16_string("posix")) reads its iface
 // address as a segment id whose flags say how to open the segment (uct/sm/mm/posix/mm_posix.c).
 constexpr std::uint16_t kPosixCsum = 0xd3a7;
+// UCP hands a transport NULL for an empty device or iface address; these transports read theirs
+// unconditionally (the zero padding covers a short one, nothing covers NULL).
+struct KnownTransport {
+  std::uint16_t csum;  // ucs_crc16_string of the name
+  bool reads_device_address;
+};
+constexpr KnownTransport kKnownTransports[] = {
+    {0x7563, false},  // self
+    {kPosixCsum, true},
+    {0x8b47, true},   // cma
+    {0x19cf, true},   // tcp
+};
 constexpr std::uint64_t kPosixProcfs = 1ull << 63;   // /proc/<pid>/fd/<fd>: what our peers send
 constexpr std::uint64_t kPosixShmOpen = 1ull << 62;  // shm_open of a name made from the id
 constexpr std::uint64_t kPosixPidNs = 1ull << 60;    // an 8-byte PID namespace follows the id
@@ -102,7 +114,8 @@ std::string check_worker_address(std::span<const std::byte> address) {
     }
     std::uint8_t sys_dev = 0;
     if ((dev & kDevSysDevice) != 0 && !w.byte(sys_dev)) return bad("truncated system device", w.at());
-    if (!w.skip(dev & kDevLenMask)) return bad("truncated device address", w.at());
+    const std::size_t dev_len = dev & kDevLenMask;
+    if (!w.skip(dev_len)) return bad("truncated device address", w.at());
     if ((md & kMdEmptyDev) != 0) continue;
     for (bool last_iface = false; !last_iface;) {
       if (++ifaces > kMaxResources) return bad("more than 128 interfaces", w.at());
@@ -125,6 +138,11 @@ std::string check_worker_address(std::span<const std::byte> address) {
       const std::byte* iface_addr = w.here();
       const std::size_t iface_len = iface & kIfaceLenMask;
       if (!w.skip(iface_len)) return bad("truncated interface address", w.at());
+      for (const KnownTransport& t : kKnownTransports) {
+        if (t.csum != csum) continue;
+        if (iface_len == 0) return bad("empty interface address", iface_at);
+        if (t.reads_device_address && dev_len == 0) return bad("interface on a device without an address", iface_at);
+      }
       if (csum == kPosixCsum) {
         // Neither flag makes UCX open a directory named by the address (absent: it asserts).
         std::uint64_t seg_id = 0;
