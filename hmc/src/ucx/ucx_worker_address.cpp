@@ -26,6 +26,9 @@ constexpr unsigned kMaxDevices = 64;            // device indices stay within UC
 // The posix shared-memory transport (tl_name_csum = ucs_crc16_string("posix")) reads its iface
 // address as a segment id whose flags say how to open the segment (uct/sm/mm/posix/mm_posix.c).
 constexpr std::uint16_t kPosixCsum = 0xd3a7;
+constexpr std::uint64_t kPosixProcfs = 1ull << 63;   // /proc/<pid>/fd/<fd>: what our peers send
+constexpr std::uint64_t kPosixShmOpen = 1ull << 62;  // shm_open of a name made from the id
+constexpr std::uint64_t kPosixPidNs = 1ull << 60;    // an 8-byte PID namespace follows the id
 // UCP hands a transport NULL for an empty device or iface address; these transports read theirs
 // unconditionally (the zero padding covers a short one, nothing covers NULL).
 struct KnownTransport {
@@ -38,9 +41,6 @@ constexpr KnownTransport kKnownTransports[] = {
     {0x8b47, true},   // cma
     {0x19cf, true},   // tcp
 };
-constexpr std::uint64_t kPosixProcfs = 1ull << 63;   // /proc/<pid>/fd/<fd>: what our peers send
-constexpr std::uint64_t kPosixShmOpen = 1ull << 62;  // shm_open of a name made from the id
-constexpr std::uint64_t kPosixPidNs = 1ull << 60;    // an 8-byte PID namespace follows the id
 
 class Walker {
  public:

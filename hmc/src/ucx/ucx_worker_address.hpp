@@ -11,8 +11,9 @@ namespace hmc::detail {
 // own formats): whoever hands an address to UCX appends this many zero bytes.
 inline constexpr std::size_t kWorkerAddressPadding = 256;
 
-// Walks a packed worker address (version 1, non-unified mode: what UcxContext pins) with bounds.
-// Empty string when UCX can unpack it safely, else what is wrong with it.
+// Walks a packed worker address (version 1, non-unified mode: what UcxContext pins) with bounds,
+// and the parts of self, posix, cma and tcp addresses UCX would trust. Empty string when UCX can
+// unpack it safely, else what is wrong with it.
 std::string check_worker_address(std::span<const std::byte> address);
 
 }  // namespace hmc::detail
