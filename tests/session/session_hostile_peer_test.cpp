@@ -1,7 +1,7 @@
 // A peer that does not play by the rules, at the data plane: it reaches a session's UCX worker
 // directly (a raw UCX worker in this process, no Session) after an ordinary control connection.
-// Forged fast-path senders are dropped, an oversized fast-path message or a second peer info
-// disconnects its sender, and real peers keep working throughout.
+// Forged fast-path senders are dropped, an oversized fast-path message, a second peer info or a
+// malformed worker address disconnects its sender, and real peers keep working throughout.
 #include <gtest/gtest.h>
 #include <ucp/api/ucp.h>
 
@@ -299,6 +299,27 @@ TEST_F(HostilePeerTest, SecondPeerInfoForALivePeerDisconnectsIt) {
   while (server->peers().size() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(server->peers(), std::vector<std::uint32_t>{1});
   real_client_still_served();
+}
+
+// A worker address UCX 1.13 would abort on (a version it asserts on) or read past (cut short) is
+// refused before UCX sees it: its sender is dropped and the server keeps serving.
+TEST_F(HostilePeerTest, MalformedWorkerAddressDropsItsSender) {
+  RawUcxPeer raw("tcp");
+  ASSERT_TRUE(raw.ok());
+  std::uint32_t rank = 9;
+  for (const auto& corrupt : {+[](std::vector<std::byte>& a) { a[0] = std::byte{2}; },
+                              +[](std::vector<std::byte>& a) { a.resize(a.size() / 2); }}) {
+    RawCtrlPeer ctrl(rank, dir);
+    ctrl.connect(server->ctrl_port());
+    detail::UcxPeerInfo info;
+    ASSERT_EQ(detail::UcxPeerInfo::decode(raw.peer_info(rank), info), "");
+    corrupt(info.worker_address);
+    ctrl.send_transport(info.encode());
+    EXPECT_TRUE(ctrl.dropped_within(10s)) << "a malformed worker address was accepted (rank " << rank << ")";
+    ++rank;
+  }
+  real_client_still_served();
+  EXPECT_EQ(server->peers(), std::vector<std::uint32_t>{1});
 }
 
 }  // namespace

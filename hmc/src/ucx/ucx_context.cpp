@@ -118,6 +118,9 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   settings.emplace_back("TLS", without_sysv(!options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "",
                                             available_components()));
   settings.emplace_back("ALLOC_PRIO", "md:posix,huge,thp,mmap,heap");
+  // The address format check_worker_address walks (UCX 1.13's defaults, whatever the environment says).
+  settings.emplace_back("ADDRESS_VERSION", "v1");
+  settings.emplace_back("UNIFIED_MODE", "n");
   if (!options.net_devices.empty()) settings.emplace_back("NET_DEVICES", options.net_devices);
   if (options.keepalive.count() > 0) {
     if (may_use_tcp(options.tls)) {

@@ -7,6 +7,7 @@
 
 #include "detail/wire_reader.hpp"
 #include "detail/wire_writer.hpp"
+#include "ucx/ucx_worker_address.hpp"
 
 namespace hmc::detail {
 namespace {
@@ -45,6 +46,12 @@ std::string UcxPeerInfo::decode(std::span<const std::byte> bytes, UcxPeerInfo& o
     return "truncated UCX peer-info message (or a field over its limit)";
   if (!r.done()) return "trailing bytes after the UCX peer-info message";
   if (out.worker_address.empty()) return "UCX peer-info without a worker address";
+  // Here, not at ucp_ep_create: every path that decodes a peer's addresses gets only checked ones.
+  if (std::string why = check_worker_address(out.worker_address); !why.empty())
+    return "malformed UCX worker address: " + why;
+  if (!out.net_worker_address.empty())
+    if (std::string why = check_worker_address(out.net_worker_address); !why.empty())
+      return "malformed UCX network-only worker address: " + why;
   return {};
 }
 

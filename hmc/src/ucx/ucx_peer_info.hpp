@@ -1,6 +1,7 @@
 #pragma once
 // What two sessions exchange over the control channel to reach each other's buffer with UCX. The
-// codec is a pure function of its bytes (no UCX): fuzzable, and every field is bounded.
+// codec is a pure function of its bytes (no UCX): fuzzable, and every field is bounded; worker
+// addresses are walked (ucx_worker_address.hpp) before anything hands them to UCX.
 #include <cstdint>
 #include <span>
 #include <string>

@@ -12,6 +12,7 @@
 #include "hmc/runtime/log.hpp"
 #include "security/auth.hpp"
 #include "ucx/ucx_host_memory.hpp"
+#include "ucx/ucx_worker_address.hpp"
 
 namespace hmc::detail {
 
@@ -204,7 +205,11 @@ std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   // by the control socket; any other peer gets the network-only address and UCX's error callback.
   const bool shared = !shm_domain_.empty() && info.shm_domain == shm_domain_;
   p->peer_error_mode = !shared;
-  const auto& address = shared || info.net_worker_address.empty() ? info.worker_address : info.net_worker_address;
+  // Checked by decode; zero padding keeps a transport's own parse of its part inside our copy.
+  // ucp_ep_create unpacks the address during the call and keeps no pointer into it.
+  std::vector<std::byte> address =
+      shared || info.net_worker_address.empty() ? info.worker_address : info.net_worker_address;
+  address.resize(address.size() + kWorkerAddressPadding);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
