@@ -762,6 +762,9 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   void stop_listening() {
     listening = false;
     error_code ignored;
+    // shutdown takes the socket out of LISTEN at once: a connect that comes after close_server() is
+    // refused, not queued on a listener whose close waits for its cancelled accept and then reset.
+    if (tcp_acceptor && tcp_acceptor->is_open()) ::shutdown(tcp_acceptor->native_handle(), SHUT_RDWR);
     if (tcp_acceptor) tcp_acceptor->close(ignored);
     if (uds_acceptor && uds_acceptor->is_open()) {
       uds_acceptor->close(ignored);
