@@ -18,6 +18,8 @@
 #include "transport/fast_message.hpp"
 #include "staging/device_copier.hpp"
 #include "staging/staging_transport.hpp"
+#include "tcp/tcp_transport.hpp"
+#include "transport/routed_transport.hpp"
 #include "transport/transport.hpp"
 #include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_transport.hpp"
@@ -67,9 +69,14 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     UcxOptions uo;
     uo.engine = engine;
     uo.max_message = max_message;
+    TcpOptions to;
+    to.engine = engine;
+    to.max_message = max_message;
+    to.keepalive = opts.ucx_keepalive;
     // Device memory UCX cannot move is staged through host memory (docs/design.md "GPU staging").
     return std::make_unique<StagingTransport>(loop, *buffer, staging_options(type), [&](ConnBuffer& exposed) {
-      return std::make_unique<UcxTransport>(loop, ucx_context, exposed, uo);
+      return std::make_unique<RoutedTransport>(std::make_unique<UcxTransport>(loop, ucx_context, exposed, uo),
+                                               std::make_unique<TcpTransport>(loop, exposed, to));
     });
   }
 

@@ -23,18 +23,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(UcxTls, SysvLeavesEveryList) {
+TEST(UcxTls, SysvLeavesEveryListAndTcpIsUsedOnlyWhereNamed) {
   const std::vector<std::string> here{"posix", "sysv", "cma", "self", "tcp"};
-  EXPECT_EQ(detail::without_sysv("", here), "^sysv");
-  EXPECT_EQ(detail::without_sysv("all", here), "^sysv");
-  EXPECT_EQ(detail::without_sysv("shm", here), "posix,cma");
-  EXPECT_EQ(detail::without_sysv("shm,tcp", here), "posix,cma,tcp");
-  EXPECT_EQ(detail::without_sysv("posix,sysv,cma,tcp", here), "posix,cma,tcp");
-  EXPECT_EQ(detail::without_sysv("mm,self", here), "posix,self");
-  EXPECT_EQ(detail::without_sysv("^ud", here), "^ud,sysv");
-  EXPECT_EQ(detail::without_sysv("^sysv,ud", here), "^sysv,ud");
-  EXPECT_EQ(detail::without_sysv("sm", {"posix", "sysv", "cma", "xpmem", "knem"}), "posix,cma,xpmem,knem");
-  EXPECT_THROW(detail::without_sysv("sysv", here), InvalidConfigError);
+  EXPECT_EQ(detail::ucx_tls_setting("", here), "^sysv,tcp");
+  EXPECT_EQ(detail::ucx_tls_setting("all", here), "^sysv,tcp");
+  EXPECT_EQ(detail::ucx_tls_setting("shm", here), "posix,cma");
+  EXPECT_EQ(detail::ucx_tls_setting("shm,tcp", here), "posix,cma,tcp");
+  EXPECT_EQ(detail::ucx_tls_setting("posix,sysv,cma,tcp", here), "posix,cma,tcp");
+  EXPECT_EQ(detail::ucx_tls_setting("mm,self", here), "posix,self");
+  EXPECT_EQ(detail::ucx_tls_setting("^ud", here), "^ud,sysv,tcp");
+  EXPECT_EQ(detail::ucx_tls_setting("^sysv,ud", here), "^sysv,ud,tcp");
+  EXPECT_EQ(detail::ucx_tls_setting("^tcp", here), "^tcp,sysv");
+  EXPECT_EQ(detail::ucx_tls_setting("tcp", here), "tcp");
+  EXPECT_EQ(detail::ucx_tls_setting("sm", {"posix", "sysv", "cma", "xpmem", "knem"}), "posix,cma,xpmem,knem");
+  EXPECT_THROW(detail::ucx_tls_setting("sysv", here), InvalidConfigError);
 }
 
 // The line of /proc/self/maps that holds `p`.

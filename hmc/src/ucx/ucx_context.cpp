@@ -22,11 +22,9 @@ namespace hmc::detail {
 namespace {
 std::string seconds(std::chrono::milliseconds d) { return std::to_string(std::max<long long>(1, d.count() / 1000)) + "s"; }
 
-bool may_use_tcp(const std::string& tls) {
-  const char* env = std::getenv("UCX_TLS");
-  const std::string list = !tls.empty() ? tls : env != nullptr ? env : "";
-  return list.empty() || list.find("tcp") != std::string::npos || list.find("all") != std::string::npos ||
-         list[0] == '^';
+// `setting` is ucx_tls_setting's result: an exclusion list always excludes tcp.
+bool names_tcp(const std::string& setting) {
+  return !setting.starts_with('^') && ("," + setting + ",").find(",tcp,") != std::string::npos;
 }
 spdlog::level::level_enum level_of(ucs_log_level_t l) {
   switch (l) {
@@ -67,17 +65,20 @@ std::vector<std::string> available_components() {
 }
 }  // namespace
 
-std::string without_sysv(const std::string& list, const std::vector<std::string>& available) {
+std::string ucx_tls_setting(const std::string& list, const std::vector<std::string>& available) {
   std::vector<std::string> names;
   for (std::size_t at = 0; at <= list.size();) {
     const std::size_t comma = std::min(list.find(',', at), list.size());
     if (comma > at) names.push_back(list.substr(at, comma - at));
     at = comma + 1;
   }
-  if (names.empty() || (names.size() == 1 && names[0] == "all")) return "^sysv";
+  if (names.empty() || (names.size() == 1 && names[0] == "all")) return "^sysv,tcp";
   if (names[0].starts_with('^')) {
-    const bool has = std::find(names.begin(), names.end(), "sysv") != names.end() || names[0] == "^sysv";
-    return has ? list : list + ",sysv";
+    names[0].erase(0, 1);
+    std::string out = list;
+    for (const char* never : {"sysv", "tcp"})
+      if (std::find(names.begin(), names.end(), never) == names.end()) out += std::string(",") + never;
+    return out;
   }
   std::vector<std::string> out;
   auto add = [&](const std::string& n) {
@@ -115,15 +116,22 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   // (this user only), never SysV, whose segments UCX creates with mode 0660: the session buffer
   // was readable and writable by the group. The buffer comes from posix (ALLOC_PRIO, no md:sysv).
   const char* env_tls = std::getenv("UCX_TLS");
-  settings.emplace_back("TLS", without_sysv(!options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "",
-                                            available_components()));
+  const std::string tls = ucx_tls_setting(!options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "",
+                                          available_components());
+  settings.emplace_back("TLS", tls);
+  static std::once_flag warned;
+  if (names_tcp(tls))
+    std::call_once(warned, [] {
+      runtime::log().warn("UCX_TLS names tcp: UCX's tcp serves any connection without the key and reads and writes "
+                        "at any address it is sent; use it on trusted networks only (docs/design.md \"Security\")");
+    });
   settings.emplace_back("ALLOC_PRIO", "md:posix,huge,thp,mmap,heap");
   // The address format check_worker_address walks (UCX 1.13's defaults, whatever the environment says).
   settings.emplace_back("ADDRESS_VERSION", "v1");
   settings.emplace_back("UNIFIED_MODE", "n");
   if (!options.net_devices.empty()) settings.emplace_back("NET_DEVICES", options.net_devices);
   if (options.keepalive.count() > 0) {
-    if (may_use_tcp(options.tls)) {
+    if (names_tcp(tls)) {
       // UCX's own keepalive sends a message: on tcp that data, unacknowledged by a silent peer,
       // stops the kernel's keepalive probes (retransmissions take ~15 min instead). So on tcp the
       // socket keepalive of the connection UCX opened does the work; docs/design.md "Failure model".

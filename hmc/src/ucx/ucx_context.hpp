@@ -22,10 +22,12 @@ struct UcxContextOptions {
   std::chrono::milliseconds keepalive{0};
 };
 
-// `list` (a UCX_TLS value; empty means UCX's default, all) without SysV shared memory: the
-// aliases shm, sm and mm become the transports they stand for that `available` has, minus sysv.
-// InvalidConfigError when nothing is left.
-std::string without_sysv(const std::string& list, const std::vector<std::string>& available);
+// The UCX_TLS value a context uses for `list` (a UCX_TLS value; empty means UCX's default, all):
+// never SysV shared memory (its segments are open to the group), and UCX's tcp only where the
+// list names it (it serves any connection, keyless, at any address: peers without shared memory
+// or RDMA get HMC's checked TCP path instead). The aliases shm, sm and mm become the transports
+// they stand for that `available` has, minus sysv. InvalidConfigError when nothing is left.
+std::string ucx_tls_setting(const std::string& list, const std::vector<std::string>& available);
 
 class UcxContext {
  public:

@@ -246,6 +246,13 @@ std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   return {};
 }
 
+bool UcxTransport::reaches(std::span<const std::byte> bytes) const {
+  UcxPeerInfo info;
+  if (!UcxPeerInfo::decode(bytes, info).empty()) return true;  // add_peer says what is wrong with it
+  if (!shm_domain_.empty() && info.shm_domain == shm_domain_) return true;
+  return address_has_transports(net_worker_address_) && address_has_transports(info.net_worker_address);
+}
+
 UcxTransport::Peer* UcxTransport::find(std::uint32_t rank) const {
   auto it = peers_.find(rank);
   return it == peers_.end() ? nullptr : it->second.get();

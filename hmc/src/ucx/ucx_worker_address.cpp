@@ -79,10 +79,8 @@ float float_at(const std::byte* p) {
   return f;
 }
 
-}  // namespace
-
-std::string check_worker_address(std::span<const std::byte> address) {
-  Walker w(address);
+// Walks the header up to the resource list; empty string when it is well-formed.
+std::string walk_header(Walker& w) {
   std::uint8_t header = 0;
   if (!w.byte(header)) return bad("no header", 0);
   // Any other version makes UCX assert (v2 is never packed: UcxContext pins ADDRESS_VERSION=v1).
@@ -97,6 +95,22 @@ std::string check_worker_address(std::span<const std::byte> address) {
   }
   std::uint8_t first = 0;
   if (!w.peek(first)) return bad("truncated before the resource list", w.at());
+  return {};
+}
+
+}  // namespace
+
+bool address_has_transports(std::span<const std::byte> address) {
+  Walker w(address);
+  std::uint8_t first = 0;
+  return walk_header(w).empty() && w.peek(first) && first != kNullResource;
+}
+
+std::string check_worker_address(std::span<const std::byte> address) {
+  Walker w(address);
+  if (std::string why = walk_header(w); !why.empty()) return why;
+  std::uint8_t first = 0;
+  w.peek(first);
   if (first == kNullResource) {
     w.skip(1);
     return w.done() ? std::string() : bad("trailing bytes after an empty resource list", w.at());

@@ -16,4 +16,8 @@ inline constexpr std::size_t kWorkerAddressPadding = 256;
 // unpack it safely, else what is wrong with it.
 std::string check_worker_address(std::span<const std::byte> address);
 
+// A well-formed address that names at least one transport (a worker whose transports were all
+// filtered out, e.g. a network-only address without network transports, names none).
+bool address_has_transports(std::span<const std::byte> address);
+
 }  // namespace hmc::detail
