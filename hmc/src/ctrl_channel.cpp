@@ -924,6 +924,17 @@ std::string CtrlChannel::transport_of(std::uint32_t rank) const {
   });
 }
 
+std::string CtrlChannel::remote_host(std::uint32_t rank) const {
+  return loop_.call([&]() -> std::string {
+    if (!impl_->alive(rank)) return {};
+    const detail::CtrlConnection& conn = *impl_->peers.at(rank)->conn;
+    if (conn.transport() != "tcp") return {};
+    std::string host = detail::source_of(conn.remote());
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    return host;
+  });
+}
+
 void CtrlChannel::disconnect(std::uint32_t rank) {
   loop_.call([&] {
     auto it = impl_->peers.find(rank);

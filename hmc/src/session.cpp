@@ -76,7 +76,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     // Device memory UCX cannot move is staged through host memory (docs/design.md "GPU staging").
     return std::make_unique<StagingTransport>(loop, *buffer, staging_options(type), [&](ConnBuffer& exposed) {
       return std::make_unique<RoutedTransport>(std::make_unique<UcxTransport>(loop, ucx_context, exposed, uo),
-                                               std::make_unique<TcpTransport>(loop, exposed, to));
+                                               std::make_unique<TcpTransport>(loop, exposed, to), opts.shared_memory);
     });
   }
 
@@ -158,7 +158,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     if (closed || !transport) return;
     linked[rank] = Loss{};
     lost.erase(rank);
-    const auto info = transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port});
+    const auto info = transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port, bind_ip});
     ctrl->async_send(rank, CtrlMessage::from_transport(info), [rank](std::exception_ptr e) {
       if (e) log().warn("could not send the data-plane peer info to rank {}", rank);
     });
@@ -230,6 +230,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     if (closed || !transport) return;
     if (m.bytes().size() == kSwitch.size() && std::equal(kSwitch.begin(), kSwitch.end(), m.bytes().begin()))
       return fast_switch(rank);
+    if (transport->peer(rank) == nullptr) transport->set_peer_host(rank, ctrl->remote_host(rank));
     std::string why = transport->peer(rank) != nullptr ? "a second peer info for a live connection"
                                                         : transport->add_peer(rank, m.bytes());
     if (!why.empty()) {
@@ -609,6 +610,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::deque<std::pair<std::uint32_t, std::uint64_t>> lost_order;  // (rank, seq), oldest first
   std::uint64_t loss_seq = 0;
   std::string advertised_ip;
+  std::string bind_ip;  // where init_server bound the control listener; empty for a client
   std::uint16_t data_port = 0;
   std::uint16_t ctrl_port = 0;
   bool closed = false;
@@ -780,6 +782,7 @@ void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, st
                          rdma_port, ucx_port);
     impl_->ensure_ctrl(self_id, ctrl_uds_dir);
     impl_->advertised_ip = bind_ip == "0.0.0.0" ? impl_->opts.local_ip : bind_ip;
+    impl_->bind_ip = bind_ip;
     impl_->data_port = rdma && rdma_port != 0 ? rdma_port : ucx_port;
   });
   const std::uint16_t bound = impl_->ctrl->listen(bind_ip, ctrl_tcp_port);
@@ -793,6 +796,7 @@ void Session::init_server(const std::string& ip, std::uint16_t ctrl_port, ConnTy
     conn_type_ = impl_->conn;
     impl_->ensure_ctrl(0, {});
     impl_->advertised_ip = ip == "0.0.0.0" ? impl_->opts.local_ip : ip;
+    impl_->bind_ip = ip;
     impl_->data_port = ctrl_port;  // the one public port is also how clients name this session
   });
   const std::uint16_t bound = impl_->ctrl->listen(ip, ctrl_port);

@@ -463,11 +463,11 @@ class VerbsBootstrap : public ::testing::Test {
     loop.stop();
   }
   std::vector<std::byte> info_of_b() {
-    return loop.call([&] { return b->local_info(0, detail::LocalAddress{1, "127.0.0.1", 1}); });
+    return loop.call([&] { return b->local_info(0, detail::LocalAddress{1, "127.0.0.1", 1, ""}); });
   }
   std::string add_to_a(std::span<const std::byte> bytes) {
     return loop.call([&] {
-      (void)a->local_info(1, detail::LocalAddress{0, "127.0.0.1", 1});
+      (void)a->local_info(1, detail::LocalAddress{0, "127.0.0.1", 1, ""});
       return a->add_peer(1, bytes);
     });
   }
@@ -507,7 +507,7 @@ TEST_F(VerbsBootstrap, AnRkeyOrRangeTheNicRefusesFailsTheOperationAndDropsThePee
   ASSERT_EQ(detail::VerbsPeerInfo::decode(info_of_b(), info), "");
   info.rkey += 1000;                 // not b's key
   info.buffer_size = 1u << 30;       // claims more than b registered
-  const std::vector<std::byte> a_info = loop.call([&] { return a->local_info(1, detail::LocalAddress{0, "", 0}); });
+  const std::vector<std::byte> a_info = loop.call([&] { return a->local_info(1, detail::LocalAddress{0, "", 0, ""}); });
   std::promise<std::uint32_t> failed;
   loop.call([&] {
     a->on_peer_failed = [&](std::uint32_t rank, runtime::error_code) { failed.set_value(rank); };

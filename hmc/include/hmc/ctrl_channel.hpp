@@ -112,6 +112,9 @@ class CtrlChannel {
   std::string lost_reason(std::uint32_t rank) const;
   // "tcp", "tls" or "uds" for a connected peer; NotConnectedError otherwise.
   std::string transport_of(std::uint32_t rank) const;
+  // The IP address a connected peer's TCP (or TLS) connection comes from; empty for a Unix socket
+  // or a rank not connected.
+  std::string remote_host(std::uint32_t rank) const;
 
   // Closes the connection to one peer; its pending and later receives fail with PeerLostError.
   void disconnect(std::uint32_t rank);

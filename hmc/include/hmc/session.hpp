@@ -54,6 +54,9 @@ struct SessionOptions {
   ProgressThread progress_thread = ProgressThread::shared;
   std::string ucx_tls;                            // e.g. "tcp" or "shm"; empty: UCX_TLS / UCX default
   std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
+  // false: same-host peers too go over the network path (HMC's checked TCP, or RDMA), e.g. between
+  // containers whose shared memory is not shared, or to measure that path on one host.
+  bool shared_memory = true;
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
   std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
   // How long an idle peer without shared memory may stay silent before UCX declares it lost (the

@@ -50,6 +50,7 @@ class StagingTransport final : public Transport {
   void attach() override;
   std::vector<std::byte> local_info(std::uint32_t to, const LocalAddress& self) override;
   std::string add_peer(std::uint32_t rank, std::span<const std::byte> info) override;
+  void set_peer_host(std::uint32_t rank, const std::string& ip) override { inner_->set_peer_host(rank, ip); }
   void remove_peer(std::uint32_t rank, error_code reason) override;
   const PeerRecord* peer(std::uint32_t rank) const override { return inner_->peer(rank); }
   std::vector<std::uint32_t> ranks() const override { return inner_->ranks(); }

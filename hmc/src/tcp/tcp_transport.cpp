@@ -191,7 +191,12 @@ void TcpTransport::open_listener(const std::string& ip) {
 
 std::vector<std::byte> TcpTransport::local_info(std::uint32_t to, const LocalAddress& self) {
   self_rank_ = self.rank;
-  if (listen_ip_.empty()) open_listener(self.ip);
+  // Where the control listener is (every interface, if the caller bound it there), else our address.
+  if (listen_ip_.empty()) {
+    error_code ec;
+    asio::ip::make_address(self.bind_ip, ec);
+    open_listener(ec ? self.ip : self.bind_ip);
+  }
   // A fresh secret per peer and connection: `to` proves itself with it when it connects.
   const Nonce secret = random_nonce();
   secret_for_[to] = secret;
@@ -224,21 +229,27 @@ std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   p.added = true;
   engine_.peer_added(rank);
   if (we_dial) {
+    // A listener on every interface is reached where its control connection came from.
+    std::string host = info.listen_ip;
+    error_code ec;
+    if (asio::ip::make_address(host, ec).is_unspecified()) {
+      auto known = host_of_.find(rank);
+      host = known != host_of_.end() && !known->second.empty() ? known->second : "127.0.0.1";
+    }
     for (bool ours : {true, false}) {
-      error_code ec;
-      const auto address = asio::ip::make_address(info.listen_ip, ec);
+      const auto address = asio::ip::make_address(host, ec);
       socket_type s = ec ? socket_type(loop_.executor()) : open_stream_socket(loop_.executor(), address.is_v6() ? AF_INET6 : AF_INET, ec);
       if (ec) {
-        fail_peer(rank, lost(), "cannot dial its tcp data listener " + info.listen_ip + ": " + ec.message());
+        fail_peer(rank, lost(), "cannot dial its tcp data listener " + host + ": " + ec.message());
         return {};
       }
-      auto c = std::make_shared<Conn>(std::move(s), info.listen_ip + ":" + std::to_string(info.listen_port));
+      auto c = std::make_shared<Conn>(std::move(s), host + ":" + std::to_string(info.listen_port));
       c->rank = rank;
       c->requester = ours;
       (ours ? p.out : p.in) = c;
-      asio::co_spawn(loop_.executor(), dial(c, info.listen_ip, info.listen_port, info.secret), asio::detached);
+      asio::co_spawn(loop_.executor(), dial(c, host, info.listen_port, info.secret), asio::detached);
     }
-    log().info("tcp peer rank {} connecting to {}:{} ({} bytes)", rank, info.listen_ip, info.listen_port,
+    log().info("tcp peer rank {} connecting to {}:{} ({} bytes)", rank, host, info.listen_port,
                info.buffer_size);
   } else {
     log().info("tcp peer rank {} expected to connect ({} bytes)", rank, info.buffer_size);
@@ -389,10 +400,13 @@ asio::awaitable<void> TcpTransport::dial(std::shared_ptr<Conn> c, std::string ip
   attached(rank, c);
 }
 
-void TcpTransport::set_keepalive(Conn& c) const {
-  if (options_.keepalive.count() <= 0) return;
-  const int on = 1, idle = std::max<int>(1, static_cast<int>(options_.keepalive.count() / 1000)), count = 3;
+void TcpTransport::set_socket_options(Conn& c) const {
+  const int on = 1;
   const int fd = c.socket.native_handle();
+  // Headers, flushes and their acks are small frames that must not wait for Nagle.
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  if (options_.keepalive.count() <= 0) return;
+  const int idle = std::max<int>(1, static_cast<int>(options_.keepalive.count() / 1000)), count = 3;
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
@@ -404,7 +418,7 @@ void TcpTransport::attached(std::uint32_t rank, const std::shared_ptr<Conn>& c) 
   if (it == peers_.end()) it = peers_.emplace(rank, std::make_unique<Peer>()).first;
   Peer& p = *it->second;
   (c->requester ? p.out : p.in) = c;
-  set_keepalive(*c);
+  set_socket_options(*c);
   asio::co_spawn(loop_.executor(), read_loop(c), asio::detached);
   asio::co_spawn(loop_.executor(), write_loop(c), asio::detached);
   maybe_ready(p);
@@ -644,7 +658,7 @@ void TcpTransport::fail_peer(std::uint32_t rank, error_code reason, const std::s
   std::unique_ptr<Peer> p = std::move(it->second);
   peers_.erase(it);
   if (p->added) engine_.peer_removed(rank, reason);
-  log().warn("tcp peer rank {} lost: {}", rank, why);
+  log().info("tcp peer rank {} lost: {}", rank, why);  // the Session reports the loss itself
   if (p->out) close_conn(*p->out, reason, true);
   if (p->in) close_conn(*p->in, reason, true);
   if (!p->added) return;
@@ -655,6 +669,7 @@ void TcpTransport::fail_peer(std::uint32_t rank, error_code reason, const std::s
 
 void TcpTransport::remove_peer(std::uint32_t rank, error_code reason) {
   secret_for_.erase(rank);
+  host_of_.erase(rank);
   auto it = peers_.find(rank);
   if (it == peers_.end()) return;
   std::unique_ptr<Peer> p = std::move(it->second);

@@ -49,6 +49,7 @@ class TcpTransport final : public Transport, private OpPoster {
   void attach() override {}
   std::vector<std::byte> local_info(std::uint32_t to, const LocalAddress& self) override;
   std::string add_peer(std::uint32_t rank, std::span<const std::byte> info) override;
+  void set_peer_host(std::uint32_t rank, const std::string& ip) override { host_of_[rank] = ip; }
   void remove_peer(std::uint32_t rank, error_code reason) override;
   const PeerRecord* peer(std::uint32_t rank) const override;
   std::vector<std::uint32_t> ranks() const override;
@@ -103,7 +104,7 @@ class TcpTransport final : public Transport, private OpPoster {
   void enqueue(Conn& c, std::uint8_t kind, Token token, std::uint64_t offset, std::uint64_t length,
                const std::byte* data, bool report_on_write);
   void attached(std::uint32_t rank, const std::shared_ptr<Conn>& c);
-  void set_keepalive(Conn& c) const;
+  void set_socket_options(Conn& c) const;
   void maybe_ready(Peer& p);
   void fail_peer(std::uint32_t rank, error_code reason, const std::string& why);
   void close_conn(Conn& c, error_code reason, bool report);
@@ -124,6 +125,7 @@ class TcpTransport final : public Transport, private OpPoster {
   std::uint64_t refused_ = 0;
   std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
   std::map<std::uint32_t, std::array<std::byte, 32>> secret_for_;  // rank -> the secret we gave it
+  std::map<std::uint32_t, std::string> host_of_;  // rank -> where its control connection comes from
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // coroutines and posted handlers check it
 };
 

@@ -3,6 +3,7 @@
 #include "detail/wire_reader.hpp"
 #include "detail/wire_writer.hpp"
 #include "hmc/error.hpp"
+#include "hmc/status.hpp"
 
 namespace hmc::detail {
 namespace {
@@ -10,15 +11,19 @@ constexpr std::uint32_t kRoutedMagic = 0x31545452;  // "RTT1"
 constexpr std::size_t kMaxPart = std::size_t{1} << 20;
 }  // namespace
 
-RoutedTransport::RoutedTransport(std::unique_ptr<UcxTransport> ucx, std::unique_ptr<TcpTransport> tcp)
-    : ucx_(std::move(ucx)), tcp_(std::move(tcp)) {}
+RoutedTransport::RoutedTransport(std::unique_ptr<UcxTransport> ucx, std::unique_ptr<TcpTransport> tcp,
+                                 bool shared_memory)
+    : ucx_(std::move(ucx)), tcp_(std::move(tcp)), shared_memory_(shared_memory) {}
 
 void RoutedTransport::attach() {
   for (Transport* t : {static_cast<Transport*>(ucx_.get()), static_cast<Transport*>(tcp_.get())}) {
+    // A peer that broke either transport's protocol (its secret there names it) goes, whatever
+    // carries its data; a plain failure counts only from the transport that carries it.
     t->on_peer_failed = [this, t](std::uint32_t rank, error_code reason) {
       auto it = route_.find(rank);
-      if (it == route_.end() || it->second != t) return;
-      route_.erase(it);
+      const bool carrier = it != route_.end() && it->second == t;
+      if (!carrier && it != route_.end() && status_of(reason) != Status::PROTOCOL_ERROR) return;
+      if (carrier) route_.erase(it);
       if (on_peer_failed) on_peer_failed(rank, reason);
     };
     t->on_peer_ready = [this, t](std::uint32_t rank) {
@@ -33,24 +38,32 @@ void RoutedTransport::attach() {
   }
 }
 
-std::vector<std::byte> RoutedTransport::local_info(std::uint32_t to, const LocalAddress& self) {
-  const std::vector<std::byte> u = ucx_->local_info(to, self);
-  const std::vector<std::byte> t = tcp_->local_info(to, self);
+std::vector<std::byte> RoutedTransport::pack(std::span<const std::byte> ucx, std::span<const std::byte> tcp) {
   WireWriter w;
   w.u32(kRoutedMagic);
-  w.blob(u.data(), u.size());
-  w.blob(t.data(), t.size());
+  w.blob(ucx.data(), ucx.size());
+  w.blob(tcp.data(), tcp.size());
   return w.take();
+}
+
+std::string RoutedTransport::unpack(std::span<const std::byte> info, std::vector<std::byte>& ucx,
+                                    std::vector<std::byte>& tcp) {
+  WireReader r(info);
+  std::uint32_t magic = 0;
+  if (!r.u32(magic) || magic != kRoutedMagic) return "not a UCX session's peer info (is the peer using ConnType::RDMA?)";
+  if (!r.blob(ucx, kMaxPart) || !r.blob(tcp, kMaxPart) || !r.done()) return "truncated or oversized peer info";
+  return {};
+}
+
+std::vector<std::byte> RoutedTransport::local_info(std::uint32_t to, const LocalAddress& self) {
+  return pack(ucx_->local_info(to, self), tcp_->local_info(to, self));
 }
 
 std::string RoutedTransport::add_peer(std::uint32_t rank, std::span<const std::byte> info) {
   if (route_.count(rank) != 0) return "rank " + std::to_string(rank) + " is connected already";
-  WireReader r(info);
-  std::uint32_t magic = 0;
   std::vector<std::byte> u, t;
-  if (!r.u32(magic) || magic != kRoutedMagic) return "not a UCX session's peer info (is the peer using ConnType::RDMA?)";
-  if (!r.blob(u, kMaxPart) || !r.blob(t, kMaxPart) || !r.done()) return "truncated or oversized peer info";
-  Transport* carrier = ucx_->reaches(u) ? static_cast<Transport*>(ucx_.get()) : static_cast<Transport*>(tcp_.get());
+  if (std::string why = unpack(info, u, t); !why.empty()) return why;
+  Transport* carrier = ucx_->reaches(u, shared_memory_) ? static_cast<Transport*>(ucx_.get()) : static_cast<Transport*>(tcp_.get());
   std::string why = carrier->add_peer(rank, carrier == ucx_.get() ? std::span<const std::byte>(u) : t);
   if (why.empty()) route_[rank] = carrier;
   return why;

@@ -14,12 +14,14 @@ namespace hmc::detail {
 
 class RoutedTransport final : public Transport {
  public:
-  RoutedTransport(std::unique_ptr<UcxTransport> ucx, std::unique_ptr<TcpTransport> tcp);
+  // `shared_memory` false: same-host peers take the network path too.
+  RoutedTransport(std::unique_ptr<UcxTransport> ucx, std::unique_ptr<TcpTransport> tcp, bool shared_memory = true);
   ~RoutedTransport() override = default;
 
   void attach() override;
   std::vector<std::byte> local_info(std::uint32_t to, const LocalAddress& self) override;
   std::string add_peer(std::uint32_t rank, std::span<const std::byte> info) override;
+  void set_peer_host(std::uint32_t rank, const std::string& ip) override { tcp_->set_peer_host(rank, ip); }
   void remove_peer(std::uint32_t rank, error_code reason) override;
   const PeerRecord* peer(std::uint32_t rank) const override;
   std::vector<std::uint32_t> ranks() const override;
@@ -29,6 +31,10 @@ class RoutedTransport final : public Transport {
   void unregister_region(std::uint64_t id) override;
   std::size_t region_size(std::uint64_t id) const override { return ucx_->region_size(id); }
   std::size_t live_operations() const override { return ucx_->live_operations() + tcp_->live_operations(); }
+
+  // The bootstrap message: both transports' parts. unpack: empty string, else what is wrong.
+  static std::vector<std::byte> pack(std::span<const std::byte> ucx, std::span<const std::byte> tcp);
+  static std::string unpack(std::span<const std::byte> info, std::vector<std::byte>& ucx, std::vector<std::byte>& tcp);
 
   // runtime::Poller: UCX's worker is what the loop drives; the TCP path completes through Asio.
   bool progress() override { return ucx_->progress(); }
@@ -41,6 +47,7 @@ class RoutedTransport final : public Transport {
 
   std::unique_ptr<UcxTransport> ucx_;
   std::unique_ptr<TcpTransport> tcp_;
+  bool shared_memory_;
   std::map<std::uint32_t, Transport*> route_;  // connected peers
 };
 

@@ -27,6 +27,7 @@ struct LocalAddress {
   std::uint32_t rank = 0;
   std::string ip;
   std::uint16_t data_port = 0;
+  std::string bind_ip;  // where the control listener is bound (may be 0.0.0.0); empty: not a server
 };
 
 class Transport : public runtime::Poller {
@@ -50,6 +51,9 @@ class Transport : public runtime::Poller {
   // connected already is refused (remove it first). on_peer_ready (or on_peer_failed) follows once
   // the connection is established; no operation may be submitted for the peer before.
   virtual std::string add_peer(std::uint32_t rank, std::span<const std::byte> info) = 0;
+  // The address this side's control connection reaches `rank` at (empty: a Unix socket), before
+  // add_peer: where to dial a peer whose listener is bound to every interface.
+  virtual void set_peer_host(std::uint32_t /*rank*/, const std::string& /*ip*/) {}
   // Aborts the peer's operations with `reason` and closes its connection; forgets its secret.
   virtual void remove_peer(std::uint32_t rank, error_code reason) = 0;
   virtual const PeerRecord* peer(std::uint32_t rank) const = 0;

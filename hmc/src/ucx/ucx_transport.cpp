@@ -246,11 +246,13 @@ std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   return {};
 }
 
-bool UcxTransport::reaches(std::span<const std::byte> bytes) const {
+bool UcxTransport::reaches(std::span<const std::byte> bytes, bool shared_memory) const {
   UcxPeerInfo info;
   if (!UcxPeerInfo::decode(bytes, info).empty()) return true;  // add_peer says what is wrong with it
-  if (!shm_domain_.empty() && info.shm_domain == shm_domain_) return true;
-  return address_has_transports(net_worker_address_) && address_has_transports(info.net_worker_address);
+  if (shared_memory && !shm_domain_.empty() && info.shm_domain == shm_domain_) return true;
+  // add_peer dials the network-only address, or the whole one where the peer sent no other.
+  const auto& theirs = info.net_worker_address.empty() ? info.worker_address : info.net_worker_address;
+  return address_has_transports(net_worker_address_) && address_has_transports(theirs);
 }
 
 UcxTransport::Peer* UcxTransport::find(std::uint32_t rank) const {

@@ -51,9 +51,10 @@ class UcxTransport final : public Transport, private OpPoster {
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return engine_.live_operations(); }
 
-  // Whether UCX should carry the data to the peer whose info this is: the two share memory, or this
-  // worker and the peer's have a network transport (RDMA, or tcp where the caller named it).
-  bool reaches(std::span<const std::byte> info) const;
+  // Whether UCX should carry the data to the peer whose info this is: the two share memory (and
+  // `shared_memory` allows it), or this worker and the peer's have a network transport (RDMA, or tcp
+  // where the caller named it).
+  bool reaches(std::span<const std::byte> info, bool shared_memory) const;
 
   // runtime::Poller
   bool progress() override;
