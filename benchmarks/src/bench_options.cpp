@@ -39,7 +39,7 @@ std::string Options::usage() {
   return "usage: hmc_bench [--role loopback|server|client] [--host IP] [--port P]\n"
          "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat]\n"
          "                 [--sizes 8,64K,1M | 8:64M] [--depth N] [--peers N] [--mode adaptive|event|poll|hybrid]\n"
-         "                 [--progress-thread own|shared|caller] [--tls shm|tcp|...]\n"
+         "                 [--progress-thread own|shared|caller] [--tls shm|tcp|hmc-tcp|...]\n"
          "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n";
 }
 

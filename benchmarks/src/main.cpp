@@ -88,7 +88,9 @@ SessionOptions session_options(const Options& o, bool client) {
   if (client && o.progress_thread_name != "default") s.progress_thread = o.progress_thread;
   s.buffer_size = buffer_for(o);
   s.progress_mode = o.mode;
-  s.ucx_tls = o.tls;
+  // "hmc-tcp": HMC's checked TCP data path, which same-host peers use when told not to share memory.
+  s.ucx_tls = o.tls == "hmc-tcp" ? std::string() : o.tls;
+  s.shared_memory = o.tls != "hmc-tcp";
   s.ucx_net_devices = o.net_devices;
   s.timeout = 60s;
   s.max_inflight = std::max<std::size_t>(1024, o.depth * 2);

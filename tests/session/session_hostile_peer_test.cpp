@@ -6,12 +6,17 @@
 #include <ucp/api/ucp.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "detail/byte_order.hpp"
 #include "hmc/ctrl_channel.hpp"
 #include "session_test_util.hpp"
+#include "transport/routed_transport.hpp"
 #include "ucx/ucx_peer_info.hpp"
 
 namespace hmc {
@@ -73,6 +78,10 @@ class RawUcxPeer {
     info.buffer_base = reinterpret_cast<std::uintptr_t>(attr.address);
     info.buffer_size = attr.length;
     return info.encode();
+  }
+  // The same as a UCX session's bootstrap message (its UCX part; no TCP part).
+  std::vector<std::byte> session_info(std::uint32_t rank) {
+    return detail::RoutedTransport::pack(peer_info(rank), {});
   }
 
   void connect(const std::vector<std::byte>& address) {
@@ -139,8 +148,10 @@ class RawCtrlPeer {
     channel_->async_connect("127.0.0.1", port, 5s, asio::use_future).get();
     auto f = info_.get_future();
     EXPECT_EQ(f.wait_for(10s), std::future_status::ready);
+    std::vector<std::byte> ucx, tcp;
+    EXPECT_EQ(detail::RoutedTransport::unpack(f.get(), ucx, tcp), "");
     detail::UcxPeerInfo info;
-    EXPECT_EQ(detail::UcxPeerInfo::decode(f.get(), info), "");
+    EXPECT_EQ(detail::UcxPeerInfo::decode(ucx, info), "");
     return info;
   }
   void send_transport(std::vector<std::byte> bytes) {
@@ -283,7 +294,7 @@ TEST_F(HostilePeerTest, SecondPeerInfoForALivePeerDisconnectsIt) {
   ctrl.connect(server->ctrl_port());
   RawUcxPeer raw("tcp");
   ASSERT_TRUE(raw.ok());
-  ctrl.send_transport(raw.peer_info(9));
+  ctrl.send_transport(raw.session_info(9));
   // The server's endpoint to us is usable once our worker has answered its wireup.
   ASSERT_TRUE(raw.progress_until([&] {
     try {
@@ -293,7 +304,7 @@ TEST_F(HostilePeerTest, SecondPeerInfoForALivePeerDisconnectsIt) {
       return false;
     }
   }));
-  ctrl.send_transport(raw.peer_info(9));
+  ctrl.send_transport(raw.session_info(9));
   EXPECT_TRUE(ctrl.dropped_within(10s)) << "a second peer info was accepted";
   const auto until = std::chrono::steady_clock::now() + 5s;
   while (server->peers().size() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
@@ -314,12 +325,88 @@ TEST_F(HostilePeerTest, MalformedWorkerAddressDropsItsSender) {
     detail::UcxPeerInfo info;
     ASSERT_EQ(detail::UcxPeerInfo::decode(raw.peer_info(rank), info), "");
     corrupt(info.worker_address);
-    ctrl.send_transport(info.encode());
+    ctrl.send_transport(detail::RoutedTransport::pack(info.encode(), {}));
     EXPECT_TRUE(ctrl.dropped_within(10s)) << "a malformed worker address was accepted (rank " << rank << ")";
     ++rank;
   }
   real_client_still_served();
   EXPECT_EQ(server->peers(), std::vector<std::uint32_t>{1});
+}
+
+// The TCP sockets this process listens on, as "address:port" in /proc/net/tcp{,6}'s hex form.
+std::vector<std::string> own_tcp_listeners() {
+  std::set<std::string> inodes;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode) != 0) out.push_back(local);
+    }
+  }
+  return out;
+}
+
+// With the default transports nothing in the process serves UCX's tcp (which reads and writes at
+// any address for any connection, keyless): the only TCP listeners are the control port and the
+// checked data listeners, and all of them are bound to the session's address, never every interface.
+TEST(DataPlaneListeners, ADefaultSessionListensOnlyAtItsOwnAddressAndNeverServesUcxTcp) {
+  const std::string dir = test::temp_dir();
+  SessionOptions o;
+  o.ctrl.uds_dir = dir;
+  o.timeout = std::chrono::seconds(20);
+  std::unique_ptr<Session> server, client;
+  test::connect_pair(o, o, dir, 1, server, client);
+  server->put(1, 0, 0, 64);
+  const std::vector<std::string> listeners = own_tcp_listeners();
+  EXPECT_FALSE(listeners.empty()) << "the control listener is missing from /proc/net/tcp";
+  for (const std::string& l : listeners) EXPECT_TRUE(l.starts_with("0100007F:")) << "listening on " << l;
+  // Control port + a data listener per session; UCX's tcp would add one per worker on 0.0.0.0.
+  EXPECT_LE(listeners.size(), 3u);
+  client.reset();
+  server.reset();
+  std::filesystem::remove_all(dir);
+}
+
+// Peers that share no memory (here: told not to) go over HMC's checked TCP path: every byte of puts
+// and gets both ways lands, control messages ride it in order, and nothing of UCX's tcp is used.
+TEST(DataPlaneListeners, PeersWithoutSharedMemoryUseTheCheckedTcpPathBothWays) {
+  const std::string dir = test::temp_dir();
+  SessionOptions o;
+  o.ctrl.uds_dir = dir;
+  o.timeout = std::chrono::seconds(20);
+  o.buffer_size = 8u << 20;
+  o.shared_memory = false;
+  std::unique_ptr<Session> server, client;
+  test::connect_pair(o, o, dir, 1, server, client);
+  EXPECT_EQ(server->transports(1), "hmc-tcp");
+  EXPECT_EQ(client->transports(0), "hmc-tcp");
+  for (std::size_t size : {std::size_t{1}, std::size_t{100} << 10, std::size_t{4} << 20}) {
+    test::fill(client->buffer(), 0, size, size);
+    client->put(0, 0, 1000, size);
+    EXPECT_TRUE(test::holds(server->buffer(), 1000, size, size)) << size << "-byte put";
+    test::fill(server->buffer(), 0, size, size + 1);
+    client->get(0, 4096, 0, size);
+    EXPECT_TRUE(test::holds(client->buffer(), 4096, size, size + 1)) << size << "-byte get";
+    test::fill(server->buffer(), 0, size, size + 2);
+    server->put(1, 0, 77, size);
+    EXPECT_TRUE(test::holds(client->buffer(), 77, size, size + 2)) << size << "-byte put the other way";
+  }
+  for (std::uint64_t tag = 1; tag <= 20; ++tag) client->ctrl_send(0, tag);
+  for (std::uint64_t tag = 1; tag <= 20; ++tag) EXPECT_EQ(server->ctrl_recv(1, std::chrono::seconds(5)), tag);
+  for (const std::string& l : own_tcp_listeners()) EXPECT_TRUE(l.starts_with("0100007F:")) << "listening on " << l;
+  client.reset();
+  server.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
