@@ -102,13 +102,17 @@ class RawClient {
     to.sin_family = AF_INET;
     to.sin_port = htons(port);
     ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) close();
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 && !connect_interrupted()) {
+      error_ = errno;
+      close();
+    }
   }
   ~RawClient() { close(); }
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;
 
   bool ok() const { return fd_ >= 0; }
+  int error() const { return error_; }
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -118,6 +122,7 @@ class RawClient {
     std::size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return false;
       done += static_cast<std::size_t>(n);
     }
@@ -131,6 +136,7 @@ class RawClient {
     while (got < n) {
       if (!wait_readable(until)) return false;
       const ssize_t r = ::recv(fd_, out + got, n - got, 0);
+      if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return false;
       got += static_cast<std::size_t>(r);
     }
@@ -178,6 +184,20 @@ class RawClient {
   }
 
  private:
+  // A signal interrupted connect(): the connection goes on in the kernel; true once it is made.
+  bool connect_interrupted() {
+    if (errno != EINTR) return false;
+    pollfd p{fd_, POLLOUT, 0};
+    int r = 0;
+    do r = ::poll(&p, 1, 5000);
+    while (r < 0 && errno == EINTR);
+    int error = r > 0 ? 0 : ETIMEDOUT;
+    socklen_t len = sizeof error;
+    if (r > 0) ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &len);
+    errno = error;
+    return error == 0;
+  }
+
   bool wait_readable(Clock::time_point until) {
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
@@ -190,6 +210,7 @@ class RawClient {
   }
 
   int fd_ = -1;
+  int error_ = 0;  // connect's errno
 };
 
 // One session's side: its buffer, its transport and what the transport told it (loop thread only).
@@ -572,7 +593,7 @@ class AuthenticatedRawPeer : public TcpTransportTest {
 
   std::unique_ptr<RawClient> authenticated(std::uint32_t role) {
     auto c = std::make_unique<RawClient>(peer_info.listen_port);
-    EXPECT_TRUE(c->ok());
+    EXPECT_TRUE(c->ok()) << std::strerror(c->error());
     EXPECT_TRUE(c->ok() && c->authenticate(peer_info.secret, role, kRank));
     return c;
   }
