@@ -716,5 +716,38 @@ TEST_F(AuthenticatedRawPeer, CannotOpenASecondConnectionOfTheSameRole) {
   EXPECT_EQ(load_le64(ack.data() + 8), 12u);
 }
 
+TEST_F(AuthenticatedRawPeer, AHandshakeInFlightWhenItsRankIsRemovedIsRefused) {
+  TcpPeerInfo other;
+  ASSERT_EQ(TcpPeerInfo::decode(info(*target, 6), other), "");
+  RawClient trigger(other.listen_port);
+  ASSERT_TRUE(trigger.ok());
+  ASSERT_TRUE(trigger.authenticate(other.secret, 0, 6));
+  RawClient late(peer_info.listen_port);
+  ASSERT_TRUE(late.ok());
+  Nonce listener_nonce{};
+  ASSERT_TRUE(late.read_hello(listener_nonce));
+  const Nonce nonce = random_nonce();
+  std::array<std::byte, 76> hello{};
+  store_le32(hello.data(), kMagic);
+  store_le32(hello.data() + 8, kRank);
+  std::memcpy(hello.data() + 12, nonce.data(), 32);
+  const Mac mac = proof(peer_info.secret, "dialer", 0, kRank, listener_nonce, nonce);
+  std::memcpy(hello.data() + 44, mac.data(), 32);
+  std::vector<std::byte> message(frame(3, 0, 0, 4).begin(), frame(3, 0, 0, 4).end());
+  message.resize(message.size() + 4);
+  // Both sent from the loop thread, so both arrive before it runs the handshake: the valid hello is
+  // checked first, and the message behind it removes rank 5 while the listener writes its proof.
+  loop.call([&] {
+    target->on_message_check = [this] {
+      target->transport->remove_peer(kRank, make_error_code(Status::CLOSED));
+      return true;
+    };
+    EXPECT_TRUE(late.send(hello));
+    EXPECT_TRUE(trigger.send(message));
+  });
+  ASSERT_TRUE(eventually([&] { return target->messages.size() == 1; }));
+  EXPECT_TRUE(late.closed_by_peer()) << "a connection of a removed rank stayed open";
+}
+
 }  // namespace
 }  // namespace hmc::detail
