@@ -733,7 +733,8 @@ TEST_F(AuthenticatedRawPeer, AHandshakeInFlightWhenItsRankIsRemovedIsRefused) {
   std::memcpy(hello.data() + 12, nonce.data(), 32);
   const Mac mac = proof(peer_info.secret, "dialer", 0, kRank, listener_nonce, nonce);
   std::memcpy(hello.data() + 44, mac.data(), 32);
-  std::vector<std::byte> message(frame(3, 0, 0, 4).begin(), frame(3, 0, 0, 4).end());
+  const auto header = frame(3, 0, 0, 4);
+  std::vector<std::byte> message(header.begin(), header.end());
   message.resize(message.size() + 4);
   // Both sent from the loop thread, so both arrive before it runs the handshake: the valid hello is
   // checked first, and the message behind it removes rank 5 while the listener writes its proof.
