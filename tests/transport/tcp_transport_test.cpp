@@ -324,7 +324,7 @@ class TcpTransportTest : public ::testing::Test {
     return loop.call([&] { return s.transport->listen_port(); });
   }
 
-  // A put and a get of `size` bytes each way between a and b, every byte checked.
+  // A put from `from` into `to` and a get back, every byte and the bytes around them checked.
   void check_put_get(Side& from, Side& to, std::size_t local, std::size_t remote, std::size_t size,
                      std::uint64_t seed) {
     SCOPED_TRACE("rank " + std::to_string(from.rank) + " -> " + std::to_string(to.rank) + ", " +
@@ -370,7 +370,8 @@ TEST_F(TcpTransportTest, ABatchOfManySmallSegmentsLandsEachWhereItSays) {
   ASSERT_TRUE(connect(a, b));
   std::vector<Segment> segments;
   for (std::size_t i = 0; i < 300; ++i)
-    segments.push_back({(std::size_t{1} << 20) + i * 1024 + i % 7, (std::size_t{4} << 20) + i * 1031, 1 + (i * 37) % 500});
+    segments.push_back(
+        {(std::size_t{1} << 20) + i * 1024 + i % 7, (std::size_t{4} << 20) + i * 1031, 1 + (i * 37) % 500});
   for (auto [from, to] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
     fill_pattern(from->data(), kBig, from->rank + 10);
     std::memset(to->data(), 0x5a, kBig);
