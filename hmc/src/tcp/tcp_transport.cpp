@@ -337,10 +337,15 @@ asio::awaitable<void> TcpTransport::listener_handshake(std::shared_ptr<Conn> c) 
   const bool requester = role == kListenerRequests;
   if (p != peers_.end() && (requester ? p->second->out : p->second->in))
     co_return refuse("rank " + std::to_string(rank) + " has that connection already");
-  const Mac ours = proof(secret->second, "listener", role, rank, nonce, dialer_nonce);
+  const std::array<std::byte, 32> proven = secret->second;
+  const Mac ours = proof(proven, "listener", role, rank, nonce, dialer_nonce);
   ec = co_await c->write_all(ours);
   if (c->closed) co_return;
   if (ec) co_return refuse("the connection ended during the handshake (" + ec.message() + ")");
+  // remove_peer (or a new local_info) may have revoked the secret while we wrote.
+  secret = secret_for_.find(rank);
+  if (secret == secret_for_.end() || secret->second != proven)
+    co_return refuse("rank " + std::to_string(rank) + " was removed during the handshake");
   // Another connection of the same role may have won while we wrote.
   p = peers_.find(rank);
   if (p != peers_.end() && (requester ? p->second->out : p->second->in))
