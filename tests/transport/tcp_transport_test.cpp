@@ -264,7 +264,7 @@ class TcpTransportTest : public ::testing::Test {
   }
 
   std::vector<std::byte> info(Side& s, std::uint32_t to) {
-    return loop.call([&] { return s.transport->local_info(to, LocalAddress{s.rank, "127.0.0.1", 0}); });
+    return loop.call([&] { return s.transport->local_info(to, LocalAddress{s.rank, "127.0.0.1", 0, ""}); });
   }
 
   // pred runs on the loop; polled until it holds or the limit passes.
