@@ -45,7 +45,6 @@ struct TcpTransport::Conn : std::enable_shared_from_this<Conn> {
   Conn(socket_type s, std::string r)
       : socket(std::move(s)),
         remote(std::move(r)),
-        wake(socket.get_executor()),
         drained(socket.get_executor()),
         deadline(socket.get_executor()) {}
 
@@ -74,7 +73,9 @@ struct TcpTransport::Conn : std::enable_shared_from_this<Conn> {
   std::vector<asio::const_buffer> gather;
   std::deque<Pending> pending;
   std::size_t replies = 0;
-  asio::steady_timer wake;      // the writer waits on it for frames
+  std::size_t front_sent = 0;   // bytes of queue.front() already written
+  bool write_posted = false;    // a write_now is posted for this loop turn
+  bool writing = false;         // waiting for the socket to take more
   asio::steady_timer drained;   // the reader waits on it while replies are over their bound
   asio::steady_timer deadline;  // the handshake's
   std::vector<std::byte> rx = std::vector<std::byte>(kRxBuffer);
@@ -425,7 +426,8 @@ void TcpTransport::attached(std::uint32_t rank, const std::shared_ptr<Conn>& c) 
   (c->requester ? p.out : p.in) = c;
   set_socket_options(*c);
   asio::co_spawn(loop_.executor(), read_loop(c), asio::detached);
-  asio::co_spawn(loop_.executor(), write_loop(c), asio::detached);
+  error_code ignored;
+  c->socket.non_blocking(true, ignored);  // write_now writes what the socket takes at once
   maybe_ready(p);
 }
 
@@ -548,31 +550,53 @@ asio::awaitable<bool> TcpTransport::serve(std::shared_ptr<Conn> c, std::uint8_t 
   }
 }
 
-asio::awaitable<void> TcpTransport::write_loop(std::shared_ptr<Conn> c) {
+// Writes the queued frames now, as far as the socket takes them without blocking: most frames
+// leave in this call, with no ring round trip; the rest wait until the socket is writable.
+void TcpTransport::write_now(const std::shared_ptr<Conn>& c) {
+  c->write_posted = false;
   std::vector<Token> written;
-  for (;;) {
-    while (c->queue.empty()) {
-      co_await Conn::wait_on(c->wake);
-      if (c->closed) co_return;
-    }
-    const std::size_t n = std::min(c->queue.size(), kMaxGather);
+  while (!c->closed && !c->writing && !c->queue.empty()) {
     c->gather.clear();
+    std::size_t skip = c->front_sent;
+    auto add = [&](const void* p, std::size_t n) {
+      const std::size_t drop = std::min(skip, n);
+      skip -= drop;
+      if (n > drop) c->gather.emplace_back(static_cast<const std::byte*>(p) + drop, n - drop);
+    };
+    const std::size_t n = std::min(c->queue.size(), kMaxGather);
     for (std::size_t i = 0; i < n; ++i) {
       const Conn::Out& o = c->queue[i];
-      c->gather.emplace_back(o.header.data(), o.header.size());
-      if (o.length != 0) c->gather.emplace_back(o.data, o.length);
+      add(o.header.data(), o.header.size());
+      if (o.length != 0) add(o.data, o.length);
     }
     error_code ec;
-    co_await asio::async_write(c->socket, c->gather, asio::redirect_error(asio::use_awaitable, ec));
-    if (c->closed) co_return;  // close_conn reported what the queue held
+    std::size_t left = c->socket.write_some(c->gather, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      c->writing = true;
+      c->socket.async_wait(socket_type::wait_write, [this, life = std::weak_ptr<int>(life_), c](error_code wait_ec) {
+        if (!life.lock() || c->closed) return;
+        c->writing = false;
+        if (wait_ec) return fail_peer(c->rank, lost(), "its tcp data connection failed: " + wait_ec.message());
+        write_now(c);
+      });
+      break;
+    }
     if (ec) {
       fail_peer(c->rank, lost(), "its tcp data connection failed: " + ec.message());
-      co_return;
+      return;
     }
+    left += c->front_sent;
+    c->front_sent = 0;
     written.clear();
     std::size_t replies_done = 0;
-    for (std::size_t i = 0; i < n; ++i) {
+    while (!c->queue.empty()) {
       const Conn::Out& o = c->queue.front();
+      const std::size_t total = o.header.size() + o.length;
+      if (left < total) {
+        c->front_sent = left;
+        break;
+      }
+      left -= total;
       if (o.report && o.token != kNoToken) written.push_back(o.token);
       if (o.reply) ++replies_done;
       c->queue.pop_front();
@@ -580,7 +604,6 @@ asio::awaitable<void> TcpTransport::write_loop(std::shared_ptr<Conn> c) {
     c->replies -= replies_done;
     if (replies_done != 0) c->drained.cancel();
     for (Token t : written) engine_.completed(t, {});
-    if (c->closed) co_return;
   }
 }
 
@@ -595,7 +618,12 @@ void TcpTransport::enqueue(Conn& c, std::uint8_t kind, Token token, std::uint64_
   o.length = data != nullptr ? length : 0;
   o.token = token;
   o.report = report_on_write;
-  if (c.queue.size() == 1) c.wake.cancel();
+  // Frames queued in one loop turn (a put and its flush) leave in one write.
+  if (c.writing || c.write_posted) return;
+  c.write_posted = true;
+  asio::post(loop_.executor(), [this, life = std::weak_ptr<int>(life_), conn = c.shared_from_this()] {
+    if (life.lock() && !conn->closed) write_now(conn);
+  });
 }
 
 TcpTransport::Conn* TcpTransport::out_conn(std::uint32_t rank) const {
@@ -642,7 +670,6 @@ void TcpTransport::close_conn(Conn& c, error_code reason, bool report) {
   // Shut down first: a read in flight into the session buffer ends now, not after the close.
   c.socket.shutdown(socket_type::shutdown_both, ignored);
   c.socket.close(ignored);
-  c.wake.cancel();
   c.drained.cancel();
   c.deadline.cancel();
   handshakes_.remove(c.shared_from_this());

@@ -99,7 +99,7 @@ class TcpTransport final : public Transport, private OpPoster {
   runtime::asio::awaitable<bool> serve(std::shared_ptr<Conn> c, std::uint8_t kind, Token token, std::uint64_t offset,
                                        std::uint64_t length);
   void violation(Conn& c, const std::string& why);
-  runtime::asio::awaitable<void> write_loop(std::shared_ptr<Conn> c);
+  void write_now(const std::shared_ptr<Conn>& c);
   Conn* out_conn(std::uint32_t rank) const;
   void enqueue(Conn& c, std::uint8_t kind, Token token, std::uint64_t offset, std::uint64_t length,
                const std::byte* data, bool report_on_write);
