@@ -141,8 +141,10 @@ class Session(ReferenceSession):
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
                  local_ip=None, *, progress_mode="adaptive", progress_thread=None, ucx_tls=None, ucx_net_devices=None, timeout=30.0,
                  ctrl_uds_dir=None, auth_key=None, authenticate=True, heartbeat_interval=None,
-                 heartbeat_misses=None, tls_cert=None, tls_key=None, tls_ca=None):
+                 heartbeat_misses=None, tls_cert=None, tls_key=None, tls_ca=None, shared_memory=True):
         device_id = _args.integer(device_id, "device_id", 0, (1 << 31) - 1)
+        if not isinstance(shared_memory, bool):
+            raise InvalidArgumentError(f"shared_memory must be True or False, not {shared_memory!r}")
         size = _args.buffer_size(buffer_size)
         mem = _args.mem_type(mem_type)
         self.num_chs = _args.integer(num_chs, "num_chs", 1, MAX_NUM_CHS)  # RDMA: QPs per peer; UCX: one endpoint
@@ -162,7 +164,7 @@ class Session(ReferenceSession):
                           _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
                           _args.text(ctrl_uds_dir, "ctrl_uds_dir"), **_security(
                               auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca),
-                          num_chs=self.num_chs)
+                          num_chs=self.num_chs, shared_memory=shared_memory)
         self.buf = IOBuffer(self._core)
         self._ctrl_uds_dir = None  # set_ctrl_uds_dir: init_server's default ctrl_uds_dir
         self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)

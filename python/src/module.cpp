@@ -269,8 +269,10 @@ class Core {
        const std::string& progress_thread, std::string ucx_tls, std::string ucx_net_devices, double timeout_s, std::string uds_dir,
        std::optional<std::string> auth_key, bool authenticate, std::optional<double> heartbeat_interval_s,
        std::optional<std::uint32_t> heartbeat_misses, std::optional<std::string> tls_cert,
-       std::optional<std::string> tls_key, std::optional<std::string> tls_ca, std::size_t num_chs) {
+       std::optional<std::string> tls_key, std::optional<std::string> tls_ca, std::size_t num_chs,
+       bool shared_memory) {
     SessionOptions o;
+    o.shared_memory = shared_memory;
     o.buffer_size = buffer_size;
     o.mem_type = static_cast<MemoryType>(mem_type);
     o.device_id = device_id;
@@ -810,13 +812,13 @@ PYBIND11_MODULE(_hmc, m) {
                     std::string, double,
                     std::string, std::optional<std::string>, bool, std::optional<double>,
                     std::optional<std::uint32_t>, std::optional<std::string>, std::optional<std::string>,
-                    std::optional<std::string>, std::size_t>(),
+                    std::optional<std::string>, std::size_t, bool>(),
            py::arg("buffer_size"), py::arg("mem_type"), py::arg("device_id"), py::arg("local_ip"),
            py::arg("progress_mode"), py::arg("progress_thread"), py::arg("ucx_tls"), py::arg("ucx_net_devices"), py::arg("timeout"),
            py::arg("uds_dir"), py::arg("auth_key") = py::none(), py::arg("authenticate") = true,
            py::arg("heartbeat_interval") = py::none(), py::arg("heartbeat_misses") = py::none(),
            py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none(),
-           py::arg("num_chs") = 1)
+           py::arg("num_chs") = 1, py::arg("shared_memory") = true)
       .def("init_server",
            [](Core& c, const std::string& ip, std::uint16_t ucx_port, std::uint16_t rdma_port, std::uint16_t ctrl_port,
               std::uint32_t self_id, const std::string& uds_dir) {

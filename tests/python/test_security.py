@@ -93,3 +93,20 @@ def test_a_key_shorter_than_16_bytes_is_refused_wherever_it_comes_from(tmp_path,
     with hmc.create_session(**kwargs(tmp_path)) as server, hmc.create_session(**kwargs(tmp_path)) as client:
         server.init_server("127.0.0.1", 0)
         client.connect("127.0.0.1", server.ctrl_port)
+
+
+def test_sessions_that_share_no_memory_move_data_over_the_checked_tcp_path(tmp_path):
+    # shared_memory=False: what peers on two hosts get; UCX's own (keyless) tcp is never used.
+    opts = dict(buffer_size=8 * MiB, ctrl_uds_dir=str(tmp_path), shared_memory=False)
+    with hmc.create_session(**opts) as server, hmc.create_session(**opts) as client:
+        server.init_server("127.0.0.1", 0)
+        client.connect("127.0.0.1", server.ctrl_port)
+        assert client.transports("127.0.0.1") == "hmc-tcp"
+        payload = os.urandom(3 * MiB + 7)
+        assert client.put("127.0.0.1", payload, bias=4096) == len(payload)
+        assert server.buf.get_bytes(4096, len(payload)) == payload
+        back = bytearray(len(payload))
+        client.get_into("127.0.0.1", back, bias=4096)
+        assert bytes(back) == payload
+        with pytest.raises(hmc.InvalidArgumentError, match="shared_memory"):
+            hmc.create_session(shared_memory="no")

@@ -37,6 +37,8 @@ error_code lost() { return make_error_code(Status::PEER_LOST); }
 
 std::span<const std::byte> bytes_of(const void* p, std::size_t n) { return {static_cast<const std::byte*>(p), n}; }
 
+bool host_memory(MemoryType t) { return t == MemoryType::CPU || t == MemoryType::DEFAULT; }
+
 }  // namespace
 
 namespace asio = runtime::asio;
@@ -219,6 +221,10 @@ std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   TcpPeerInfo info;
   if (std::string why = TcpPeerInfo::decode(bytes, info); !why.empty()) return why;
   if (info.rank != rank) return "peer info names rank " + std::to_string(info.rank);
+  // Sockets read and write host memory: device memory reaches this path only through staging.
+  if (!host_memory(buffer_.type()))
+    return "this session's buffer is device memory, which HMC's TCP path cannot reach (this UCX moves it "
+           "natively, but not to rank " + std::to_string(rank) + ", which shares no memory and no RDMA path with it)";
   if (secret_for_.count(rank) == 0) return "no peer info was sent to rank " + std::to_string(rank) + " first";
   // The higher rank dials when the lower one listens; a side that cannot listen is dialled by the other.
   const bool we_listen = listen_port_ != 0;
@@ -412,10 +418,12 @@ void TcpTransport::set_socket_options(Conn& c) const {
   // Headers, flushes and their acks are small frames that must not wait for Nagle.
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   if (options_.keepalive.count() <= 0) return;
-  const int idle = std::max<int>(1, static_cast<int>(options_.keepalive.count() / 1000)), count = 3;
+  // As UCX's tcp: probes after `keepalive` idle, then 3 a fifth of it apart (at least 1 s).
+  const int idle = std::max<int>(1, static_cast<int>(options_.keepalive.count() / 1000));
+  const int interval = std::max(1, idle / 5), count = 3;
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
@@ -637,7 +645,7 @@ PostResult TcpTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t
   Conn* c = out_conn(rank);
   if (c == nullptr) return {lost(), false};
   const RegionTable::Region* local = regions_.in_use(region);
-  if (local == nullptr) return {make_error_code(Status::INVALID_ARGUMENT), false};
+  if (local == nullptr || device_regions_.count(region) != 0) return {make_error_code(Status::INVALID_ARGUMENT), false};
   std::byte* at = static_cast<std::byte*>(local->base) + s.local_offset;
   if (is_put) {
     enqueue(*c, kPut, token, s.remote_offset, s.size, at, true);
@@ -726,8 +734,10 @@ std::vector<std::uint32_t> TcpTransport::ranks() const {
 
 std::string TcpTransport::carriers(std::uint32_t rank) const { return peer(rank) != nullptr ? "hmc-tcp" : ""; }
 
-std::uint64_t TcpTransport::register_region(void* base, std::size_t size, MemoryType) {
-  return regions_.add(RegionTable::Region{base, size, nullptr, false, 0, false});
+std::uint64_t TcpTransport::register_region(void* base, std::size_t size, MemoryType type) {
+  const std::uint64_t id = regions_.add(RegionTable::Region{base, size, nullptr, false, 0, false});
+  if (!host_memory(type)) device_regions_.insert(id);
+  return id;
 }
 
 std::size_t TcpTransport::region_size(std::uint64_t id) const {

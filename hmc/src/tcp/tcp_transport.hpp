@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -125,6 +126,7 @@ class TcpTransport final : public Transport, private OpPoster {
   std::uint64_t refused_ = 0;
   std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
   std::map<std::uint32_t, std::array<std::byte, 32>> secret_for_;  // rank -> the secret we gave it
+  std::set<std::uint64_t> device_regions_;  // registered device memory: refused as a local side
   std::map<std::uint32_t, std::string> host_of_;  // rank -> where its control connection comes from
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // coroutines and posted handlers check it
 };
