@@ -47,7 +47,7 @@ class TcpTransport final : public Transport, private OpPoster {
   TcpTransport& operator=(const TcpTransport&) = delete;
 
   // Transport
-  void attach() override {}
+  void attach() override { poller_ = loop_.attach(*this); }
   std::vector<std::byte> local_info(std::uint32_t to, const LocalAddress& self) override;
   std::string add_peer(std::uint32_t rank, std::span<const std::byte> info) override;
   void set_peer_host(std::uint32_t rank, const std::string& ip) override { host_of_[rank] = ip; }
@@ -66,10 +66,13 @@ class TcpTransport final : public Transport, private OpPoster {
   // Connections refused for a wrong proof, a bad hello or a handshake deadline (tests, logs).
   std::uint64_t refused_connections() const noexcept { return refused_; }
 
-  // runtime::Poller: sockets complete through the loop's own reactor; nothing to poll.
-  bool progress() override { return false; }
+  // runtime::Poller: the sockets complete through the loop's reactor, so progress() only reports
+  // that frames moved since the last cycle. That activity makes the adaptive and hybrid modes spin
+  // (running the reactor between cycles) instead of sleeping through the next round trip. The fd
+  // is an eventfd nothing signals: every wakeup comes through the reactor.
+  bool progress() override;
   runtime::ArmResult try_arm() override { return runtime::ArmResult::armed; }
-  int fd() const override { return -1; }
+  int fd() const override { return efd_; }
   bool has_pending() const override { return false; }
 
  private:
@@ -128,6 +131,10 @@ class TcpTransport final : public Transport, private OpPoster {
   std::map<std::uint32_t, std::array<std::byte, 32>> secret_for_;  // rank -> the secret we gave it
   std::set<std::uint64_t> device_regions_;  // registered device memory: refused as a local side
   std::map<std::uint32_t, std::string> host_of_;  // rank -> where its control connection comes from
+  int efd_ = -1;
+  std::uint64_t moved_ = 0;           // frames read or written ...
+  std::uint64_t moved_reported_ = 0;  // ... and as many as the last progress() reported
+  runtime::PollerHandle poller_;
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // coroutines and posted handlers check it
 };
 
