@@ -63,9 +63,11 @@ std::string RoutedTransport::add_peer(std::uint32_t rank, std::span<const std::b
   if (route_.count(rank) != 0) return "rank " + std::to_string(rank) + " is connected already";
   std::vector<std::byte> u, t;
   if (std::string why = unpack(info, u, t); !why.empty()) return why;
-  Transport* carrier = ucx_->reaches(u, shared_memory_) ? static_cast<Transport*>(ucx_.get()) : static_cast<Transport*>(tcp_.get());
-  std::string why = carrier->add_peer(rank, carrier == ucx_.get() ? std::span<const std::byte>(u) : t);
-  if (why.empty()) route_[rank] = carrier;
+  UcxPeerInfo ucx_info;
+  if (std::string why = UcxPeerInfo::decode(u, ucx_info); !why.empty()) return why;
+  const bool by_ucx = ucx_->reaches(ucx_info, shared_memory_);
+  std::string why = by_ucx ? ucx_->add_peer(rank, ucx_info) : tcp_->add_peer(rank, t);
+  if (why.empty()) route_[rank] = by_ucx ? static_cast<Transport*>(ucx_.get()) : tcp_.get();
   return why;
 }
 

@@ -191,9 +191,13 @@ std::vector<std::byte> UcxTransport::local_info(std::uint32_t to, const LocalAdd
 }
 
 std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte> bytes) {
-  if (peers_.count(rank) != 0) return "rank " + std::to_string(rank) + " is connected already";
   UcxPeerInfo info;
   if (std::string why = UcxPeerInfo::decode(bytes, info); !why.empty()) return why;
+  return add_peer(rank, info);
+}
+
+std::string UcxTransport::add_peer(std::uint32_t rank, const UcxPeerInfo& info) {
+  if (peers_.count(rank) != 0) return "rank " + std::to_string(rank) + " is connected already";
   if (info.rank != rank) return "peer info names rank " + std::to_string(info.rank);
   auto p = std::make_unique<Peer>();
   p->owner = this;
@@ -246,9 +250,7 @@ std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   return {};
 }
 
-bool UcxTransport::reaches(std::span<const std::byte> bytes, bool shared_memory) const {
-  UcxPeerInfo info;
-  if (!UcxPeerInfo::decode(bytes, info).empty()) return true;  // add_peer says what is wrong with it
+bool UcxTransport::reaches(const UcxPeerInfo& info, bool shared_memory) const {
   if (shared_memory && !shm_domain_.empty() && info.shm_domain == shm_domain_) return true;
   // add_peer dials the network-only address, or the whole one where the peer sent no other.
   const auto& theirs = info.net_worker_address.empty() ? info.worker_address : info.net_worker_address;

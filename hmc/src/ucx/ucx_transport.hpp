@@ -41,6 +41,7 @@ class UcxTransport final : public Transport, private OpPoster {
   void attach() override;
   std::vector<std::byte> local_info(std::uint32_t to, const LocalAddress& self) override;
   std::string add_peer(std::uint32_t rank, std::span<const std::byte> info) override;
+  std::string add_peer(std::uint32_t rank, const UcxPeerInfo& info);  // decoded and checked already
   void remove_peer(std::uint32_t rank, error_code reason) override;
   const PeerRecord* peer(std::uint32_t rank) const override;
   std::vector<std::uint32_t> ranks() const override;
@@ -54,7 +55,7 @@ class UcxTransport final : public Transport, private OpPoster {
   // Whether UCX should carry the data to the peer whose info this is: the two share memory (and
   // `shared_memory` allows it), or this worker and the peer's have a network transport (RDMA, or tcp
   // where the caller named it).
-  bool reaches(std::span<const std::byte> info, bool shared_memory) const;
+  bool reaches(const UcxPeerInfo& info, bool shared_memory) const;
 
   // runtime::Poller
   bool progress() override;
