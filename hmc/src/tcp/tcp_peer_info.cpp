@@ -16,7 +16,6 @@ std::vector<std::byte> TcpPeerInfo::encode() const {
   w.u32(kInfoMagic);
   w.u32(rank);
   w.u64(buffer_size);
-  w.u32(memory_type);
   w.blob(address_ip.data(), address_ip.size());
   w.u16(data_port);
   w.blob(listen_ip.data(), listen_ip.size());
@@ -29,7 +28,7 @@ std::string TcpPeerInfo::decode(std::span<const std::byte> bytes, TcpPeerInfo& o
   WireReader r(bytes);
   std::uint32_t magic = 0;
   if (!r.u32(magic) || magic != kInfoMagic) return "not a tcp peer-info message";
-  if (!r.u32(out.rank) || !r.u64(out.buffer_size) || !r.u32(out.memory_type) || !r.blob(out.address_ip, kMaxText) ||
+  if (!r.u32(out.rank) || !r.u64(out.buffer_size) || !r.blob(out.address_ip, kMaxText) ||
       !r.u16(out.data_port) || !r.blob(out.listen_ip, kMaxText) || !r.u16(out.listen_port) ||
       !r.bytes(out.secret.data(), out.secret.size()))
     return "truncated tcp peer-info message (or an address over its limit)";

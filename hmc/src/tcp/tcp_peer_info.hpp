@@ -12,7 +12,6 @@ namespace hmc::detail {
 struct TcpPeerInfo {
   std::uint32_t rank = 0;
   std::uint64_t buffer_size = 0;
-  std::uint32_t memory_type = 0;   // hmc::MemoryType
   std::string address_ip;          // the (ip, data_port) the reference API names this peer by
   std::uint16_t data_port = 0;
   std::string listen_ip;           // where its data listener accepts (empty with listen_port 0)

@@ -244,7 +244,6 @@ std::vector<std::byte> TcpTransport::local_info(std::uint32_t to, const LocalAdd
   TcpPeerInfo info;
   info.rank = self.rank;
   info.buffer_size = buffer_.size();
-  info.memory_type = static_cast<std::uint32_t>(buffer_.type());
   info.address_ip = self.ip;
   info.data_port = self.data_port;
   info.listen_ip = listen_port_ != 0 ? listen_ip_ : std::string();
@@ -275,27 +274,27 @@ std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   engine_.peer_added(rank);
   if (we_dial) {
     // A listener on every interface is reached where its control connection came from.
-    std::string host = info.listen_ip;
     error_code ec;
-    if (asio::ip::make_address(host, ec).is_unspecified()) {
+    auto address = asio::ip::make_address(info.listen_ip, ec);
+    if (ec || address.is_unspecified()) {
       auto known = host_of_.find(rank);
-      host = known != host_of_.end() && !known->second.empty() ? known->second : "127.0.0.1";
+      address = asio::ip::make_address(known != host_of_.end() && !known->second.empty() ? known->second : "127.0.0.1", ec);
     }
+    const asio::ip::tcp::endpoint to(address, info.listen_port);
     for (bool ours : {true, false}) {
-      const auto address = asio::ip::make_address(host, ec);
       socket_type s = ec ? socket_type(loop_.executor()) : open_stream_socket(loop_.executor(), address.is_v6() ? AF_INET6 : AF_INET, ec);
       if (ec) {
-        fail_peer(rank, lost(), "cannot dial its tcp data listener " + host + ": " + ec.message());
+        fail_peer(rank, lost(), "cannot dial its tcp data listener at " + info.listen_ip + ": " + ec.message());
         return {};
       }
-      auto c = std::make_shared<Conn>(std::move(s), host + ":" + std::to_string(info.listen_port));
+      auto c = std::make_shared<Conn>(std::move(s), address.to_string() + ":" + std::to_string(info.listen_port));
       c->rank = rank;
       c->requester = ours;
       (ours ? p.out : p.in) = c;
-      asio::co_spawn(loop_.executor(), dial(c, host, info.listen_port, info.secret), asio::detached);
+      asio::co_spawn(loop_.executor(), dial(c, to, info.secret), asio::detached);
     }
-    log().info("tcp peer rank {} connecting to {}:{} ({} bytes)", rank, host, info.listen_port,
-               info.buffer_size);
+    log().info("tcp peer rank {} connecting to {} ({} bytes)", rank, to.address().to_string() + ":" +
+               std::to_string(to.port()), info.buffer_size);
   } else {
     log().info("tcp peer rank {} expected to connect ({} bytes)", rank, info.buffer_size);
     maybe_ready(p);
@@ -335,17 +334,21 @@ asio::awaitable<void> TcpTransport::accept_loop() {
         if (!life.lock()) co_return;
         break;
       }
-      auto c = std::make_shared<Conn>(std::move(s), remote);
-      const std::string source = source_of(remote);
-      if (auto victim = handshakes_.victim(source)) {
-        ++refused_;
-        refusals_->warn("evicted the unauthenticated connection from " + victim->remote + " (too many handshakes)");
-        close_conn(*victim, lost(), false);
-      }
-      handshakes_.add(c, source, true, false);
-      asio::co_spawn(loop_.executor(), listener_handshake(c), asio::detached);
+      admit(std::move(s), remote);
     }
   }
+}
+
+void TcpTransport::admit(socket_type s, const std::string& remote) {
+  auto c = std::make_shared<Conn>(std::move(s), remote);
+  const std::string source = source_of(remote);
+  if (auto victim = handshakes_.victim(source)) {
+    ++refused_;
+    refusals_->warn("evicted the unauthenticated connection from " + victim->remote + " (too many handshakes)");
+    close_conn(*victim, lost(), false);
+  }
+  handshakes_.add(c, source, true, false);
+  asio::co_spawn(loop_.executor(), listener_handshake(c), asio::detached);
 }
 
 asio::awaitable<void> TcpTransport::listener_handshake(std::shared_ptr<Conn> c) {
@@ -403,7 +406,7 @@ asio::awaitable<void> TcpTransport::listener_handshake(std::shared_ptr<Conn> c) 
   attached(rank, c);
 }
 
-asio::awaitable<void> TcpTransport::dial(std::shared_ptr<Conn> c, std::string ip, std::uint16_t port,
+asio::awaitable<void> TcpTransport::dial(std::shared_ptr<Conn> c, asio::ip::tcp::endpoint to,
                                          std::array<std::byte, 32> secret) {
   const std::uint32_t rank = c->rank;
   auto give_up = [this, &c, rank](const std::string& why) {
@@ -411,11 +414,8 @@ asio::awaitable<void> TcpTransport::dial(std::shared_ptr<Conn> c, std::string ip
   };
   c->start_deadline(options_.handshake_timeout);
   error_code ec;
-  const auto address = asio::ip::make_address(ip, ec);
-  if (!ec) {
-    asio::generic::stream_protocol::endpoint ep(asio::ip::tcp::endpoint(address, port));
-    co_await c->socket.async_connect(ep, asio::redirect_error(asio::use_awaitable, ec));
-  }
+  co_await c->socket.async_connect(asio::generic::stream_protocol::endpoint(to),
+                                   asio::redirect_error(asio::use_awaitable, ec));
   if (c->closed) co_return;
   if (ec) co_return give_up("cannot connect to its tcp data listener " + c->remote + ": " + ec.message());
   ec = co_await c->fill(kListenerHello);
@@ -489,6 +489,10 @@ void TcpTransport::maybe_ready(Peer& p) {
   });
 }
 
+void TcpTransport::connection_failed(const Conn& c, error_code ec) {
+  fail_peer(c.rank, lost(), "its tcp data connection ended: " + ec.message());
+}
+
 void TcpTransport::violation(Conn& c, const std::string& why) {
   if (c.closed) return;
   log().error("tcp peer rank {} broke the data protocol ({}); disconnecting it", c.rank, why);
@@ -500,7 +504,7 @@ asio::awaitable<void> TcpTransport::read_loop(std::shared_ptr<Conn> c) {
     error_code ec = co_await c->fill(kHeader);
     if (c->closed) co_return;
     if (ec) {
-      fail_peer(c->rank, lost(), "its tcp data connection ended: " + ec.message());
+      connection_failed(*c, ec);
       co_return;
     }
     const std::byte* h = c->rx.data() + c->rx_begin;
@@ -524,7 +528,7 @@ asio::awaitable<void> TcpTransport::read_loop(std::shared_ptr<Conn> c) {
       ec = co_await c->read_into(c->pending.front().dest, length);
       if (c->closed) co_return;
       if (ec) {
-        fail_peer(c->rank, lost(), "its tcp data connection ended: " + ec.message());
+        connection_failed(*c, ec);
         co_return;
       }
     }
@@ -557,7 +561,7 @@ asio::awaitable<bool> TcpTransport::serve(std::shared_ptr<Conn> c, std::uint8_t 
       const error_code ec = co_await c->read_into(base + offset, length);
       if (c->closed) co_return false;
       if (ec) {
-        fail_peer(c->rank, lost(), "its tcp data connection ended: " + ec.message());
+        connection_failed(*c, ec);
         co_return false;
       }
       co_return true;
@@ -585,7 +589,7 @@ asio::awaitable<bool> TcpTransport::serve(std::shared_ptr<Conn> c, std::uint8_t 
       const error_code ec = co_await c->read_into(message.data(), message.size());
       if (c->closed) co_return false;
       if (ec) {
-        fail_peer(c->rank, lost(), "its tcp data connection ended: " + ec.message());
+        connection_failed(*c, ec);
         co_return false;
       }
       if (on_message) on_message(c->rank, message);
@@ -628,13 +632,13 @@ void TcpTransport::write_now(const std::shared_ptr<Conn>& c) {
       c->socket.async_wait(socket_type::wait_write, [this, life = std::weak_ptr<int>(life_), c](error_code wait_ec) {
         if (!life.lock() || c->closed) return;
         c->writing = false;
-        if (wait_ec) return fail_peer(c->rank, lost(), "its tcp data connection failed: " + wait_ec.message());
+        if (wait_ec) return connection_failed(*c, wait_ec);
         write_now(c);
       });
       break;
     }
     if (ec) {
-      fail_peer(c->rank, lost(), "its tcp data connection failed: " + ec.message());
+      connection_failed(*c, ec);
       return;
     }
     left += c->front_sent;

@@ -96,13 +96,15 @@ class TcpTransport final : public Transport, private OpPoster {
 
   void open_listener(const std::string& ip);
   runtime::asio::awaitable<void> accept_loop();
+  void admit(socket_type s, const std::string& remote);
   runtime::asio::awaitable<void> listener_handshake(std::shared_ptr<Conn> c);
-  runtime::asio::awaitable<void> dial(std::shared_ptr<Conn> c, std::string ip, std::uint16_t port,
+  runtime::asio::awaitable<void> dial(std::shared_ptr<Conn> c, runtime::asio::ip::tcp::endpoint to,
                                       std::array<std::byte, 32> secret);
   runtime::asio::awaitable<void> read_loop(std::shared_ptr<Conn> c);
   runtime::asio::awaitable<bool> serve(std::shared_ptr<Conn> c, std::uint8_t kind, Token token, std::uint64_t offset,
                                        std::uint64_t length);
   void violation(Conn& c, const std::string& why);
+  void connection_failed(const Conn& c, error_code ec);
   void write_now(const std::shared_ptr<Conn>& c);
   Conn* out_conn(std::uint32_t rank) const;
   void enqueue(Conn& c, std::uint8_t kind, Token token, std::uint64_t offset, std::uint64_t length,
