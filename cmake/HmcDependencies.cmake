@@ -7,7 +7,6 @@ find_package(OpenSSL 3 REQUIRED)  # libcrypto: HMAC-SHA256 for peer authenticati
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
 pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
-pkg_check_modules(RDMACM REQUIRED IMPORTED_TARGET librdmacm)
 if(HMC_BUILD_TESTS)
   find_package(GTest REQUIRED CONFIG)
 endif()

@@ -4,7 +4,7 @@
 # again on the user's side, so the package finds those; never a GPU runtime (hmc opens it at run time).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS hmc hmc_runtime hmc_asio hmc_shared EXPORT hmcTargets
+install(TARGETS hmc hmc_session hmc_transports hmc_core hmc_runtime hmc_asio hmc_shared EXPORT hmcTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY hmc/include/ runtime/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 

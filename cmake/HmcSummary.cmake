@@ -7,7 +7,7 @@ message(STATUS "  sanitizers        : ASan + UBSan ${HMC_SANITIZE}, TSan ${HMC_T
 message(STATUS "  asio reactor      : ${HMC_ASIO_BACKEND} (Boost ${Boost_VERSION}, io_uring cancel fix ${HMC_ASIO_URING_CANCEL_FIX})")
 message(STATUS "  liburing          : ${URING_VERSION}")
 message(STATUS "  UCX               : ${UCX_VERSION}")
-message(STATUS "  rdma-core verbs   : ${IBVERBS_VERSION}, rdmacm ${RDMACM_VERSION}")
+message(STATUS "  rdma-core verbs   : ${IBVERBS_VERSION}")
 message(STATUS "  spdlog            : ${spdlog_VERSION}")
 message(STATUS "  OpenSSL           : ${OPENSSL_VERSION}")
 message(STATUS "  CUDA backend      : ${HMC_HAVE_CUDA} (${HMC_CUDA_REASON})")

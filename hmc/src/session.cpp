@@ -14,7 +14,7 @@
 #include "hmc/runtime/async_ready_set.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "transport/fast_message.hpp"
 #include "staging/device_copier.hpp"
 #include "staging/staging_transport.hpp"

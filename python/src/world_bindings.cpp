@@ -13,8 +13,8 @@
 #include "completion_queue.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
-#include "hmc/world/store.hpp"
-#include "hmc/world/store_server.hpp"
+#include "hmc/store/store.hpp"
+#include "hmc/store/store_server.hpp"
 #include "hmc/world/transfer_engine.hpp"
 #include "hmc/world/world.hpp"
 

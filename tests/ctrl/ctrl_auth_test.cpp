@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "ctrl_test_util.hpp"
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "hmc/ctrl_channel.hpp"
 
 namespace hmc {

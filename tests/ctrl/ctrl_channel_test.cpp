@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "ctrl_test_util.hpp"
-#include "detail/byte_order.hpp"
-#include "detail/ctrl_frame.hpp"
+#include "wire/byte_order.hpp"
+#include "ctrl/ctrl_frame.hpp"
 #include "hmc/ctrl_channel.hpp"
 
 namespace hmc {

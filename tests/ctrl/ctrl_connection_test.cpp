@@ -11,8 +11,8 @@
 #include <optional>
 #include <thread>
 
-#include "detail/ctrl_connection.hpp"
-#include "detail/ctrl_frame.hpp"
+#include "ctrl/ctrl_connection.hpp"
+#include "ctrl/ctrl_frame.hpp"
 #include "hmc/runtime/event_loop.hpp"
 #include "hmc/status.hpp"
 

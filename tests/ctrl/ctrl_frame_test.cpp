@@ -3,8 +3,8 @@
 
 #include <numeric>
 
-#include "detail/byte_order.hpp"
-#include "detail/ctrl_frame.hpp"
+#include "wire/byte_order.hpp"
+#include "ctrl/ctrl_frame.hpp"
 
 namespace hmc::detail {
 namespace {

@@ -1,8 +1,8 @@
 // The handshake state machines without sockets: who verifies what, and what never verifies.
 #include <gtest/gtest.h>
 
-#include "detail/byte_order.hpp"
-#include "detail/ctrl_handshake.hpp"
+#include "wire/byte_order.hpp"
+#include "ctrl/ctrl_handshake.hpp"
 
 namespace hmc::detail {
 namespace {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "detail/ctrl_frame.hpp"
-#include "detail/ctrl_handshake.hpp"
+#include "ctrl/ctrl_frame.hpp"
+#include "ctrl/ctrl_handshake.hpp"
 #include "hmc/runtime/log.hpp"
 
 namespace hmc::test {

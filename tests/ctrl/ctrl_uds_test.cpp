@@ -10,7 +10,7 @@
 
 #include "child_process.hpp"
 #include "ctrl_test_util.hpp"
-#include "detail/uds_dir.hpp"
+#include "ctrl/uds_dir.hpp"
 #include "hmc/ctrl_channel.hpp"
 
 namespace hmc {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <span>
 
-#include "detail/ctrl_frame.hpp"
+#include "ctrl/ctrl_frame.hpp"
 
 using hmc::detail::Frame;
 using hmc::detail::FrameDecoder;

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "detail/ctrl_handshake.hpp"
+#include "ctrl/ctrl_handshake.hpp"
 
 namespace d = hmc::detail;
 

@@ -10,8 +10,8 @@
 #include <span>
 #include <string>
 
-#include "world/base64.hpp"
-#include "world/store_wire.hpp"
+#include "store/base64.hpp"
+#include "store/store_wire.hpp"
 #include "world/world_message.hpp"
 
 namespace wire = hmc::detail::store_wire;

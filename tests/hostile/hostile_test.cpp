@@ -14,7 +14,7 @@
 #include "child_process.hpp"
 #include "ctrl_test_util.hpp"
 #include "flood.hpp"
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "hmc/session.hpp"
 
 namespace hmc {

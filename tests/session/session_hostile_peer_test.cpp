@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "hmc/ctrl_channel.hpp"
 #include "session_test_util.hpp"
 #include "transport/routed_transport.hpp"

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "hmc/conn_buffer.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/event_loop.hpp"

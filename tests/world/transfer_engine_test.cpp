@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "hmc/error.hpp"
-#include "hmc/world/store_server.hpp"
+#include "hmc/store/store_server.hpp"
 #include "hmc/world/transfer_engine.hpp"
 
 namespace hmc {

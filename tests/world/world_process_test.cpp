@@ -10,8 +10,8 @@
 
 #include "../ctrl/child_process.hpp"
 #include "free_port.hpp"
-#include "hmc/world/store.hpp"
-#include "hmc/world/store_server.hpp"
+#include "hmc/store/store.hpp"
+#include "hmc/store/store_server.hpp"
 
 namespace hmc {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc::detail {
 

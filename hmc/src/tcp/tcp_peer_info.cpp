@@ -1,7 +1,7 @@
 #include "tcp/tcp_peer_info.hpp"
 
-#include "detail/wire_reader.hpp"
-#include "detail/wire_writer.hpp"
+#include "wire/wire_reader.hpp"
+#include "wire/wire_writer.hpp"
 
 namespace hmc::detail {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
 #include "tcp/tcp_peer_info.hpp"

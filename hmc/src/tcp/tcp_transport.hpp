@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "detail/ctrl_socket.hpp"
-#include "detail/handshake_table.hpp"
-#include "detail/throttled_log.hpp"
+#include "ctrl/ctrl_socket.hpp"
+#include "security/handshake_table.hpp"
+#include "security/throttled_log.hpp"
 #include "hmc/conn_buffer.hpp"
 #include "hmc/runtime/event_loop.hpp"
 #include "security/auth.hpp"

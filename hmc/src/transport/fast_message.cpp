@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc::detail {
 

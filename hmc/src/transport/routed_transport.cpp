@@ -1,7 +1,7 @@
 #include "transport/routed_transport.hpp"
 
-#include "detail/wire_reader.hpp"
-#include "detail/wire_writer.hpp"
+#include "wire/wire_reader.hpp"
+#include "wire/wire_writer.hpp"
 #include "hmc/error.hpp"
 #include "hmc/status.hpp"
 

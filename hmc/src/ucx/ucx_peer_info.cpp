@@ -5,8 +5,8 @@
 #include <array>
 #include <fstream>
 
-#include "detail/wire_reader.hpp"
-#include "detail/wire_writer.hpp"
+#include "wire/wire_reader.hpp"
+#include "wire/wire_writer.hpp"
 #include "ucx/ucx_worker_address.hpp"
 
 namespace hmc::detail {

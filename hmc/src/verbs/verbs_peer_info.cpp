@@ -2,8 +2,8 @@
 
 #include <infiniband/verbs.h>
 
-#include "detail/wire_reader.hpp"
-#include "detail/wire_writer.hpp"
+#include "wire/wire_reader.hpp"
+#include "wire/wire_writer.hpp"
 
 namespace hmc::detail {
 namespace {

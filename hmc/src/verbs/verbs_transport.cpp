@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
 #include "security/auth.hpp"

@@ -6,7 +6,7 @@
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
-#include "world/watch_ended.hpp"
+#include "store/watch_ended.hpp"
 
 namespace hmc::detail {
 

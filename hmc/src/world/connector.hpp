@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "hmc/session.hpp"
-#include "hmc/world/store.hpp"
+#include "hmc/store/store.hpp"
 #include "hmc/world/world.hpp"
 
 namespace hmc::detail {

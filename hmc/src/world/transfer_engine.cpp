@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "detail/byte_order.hpp"
+#include "wire/byte_order.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
@@ -16,8 +16,8 @@
 #include "world/connector.hpp"
 #include "world/call_on.hpp"
 #include "world/own_loop.hpp"
-#include "world/store_handshake.hpp"
-#include "world/watch_ended.hpp"
+#include "store/store_handshake.hpp"
+#include "store/watch_ended.hpp"
 
 namespace hmc {
 namespace detail {

@@ -9,11 +9,11 @@
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
-#include "hmc/world/store_server.hpp"
+#include "hmc/store/store_server.hpp"
 #include "security/auth.hpp"
 #include "world/call_on.hpp"
 #include "world/own_loop.hpp"
-#include "world/store_handshake.hpp"
+#include "store/store_handshake.hpp"
 #include "world/world_impl.hpp"
 
 namespace hmc {

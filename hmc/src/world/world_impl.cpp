@@ -10,7 +10,7 @@
 #include "hmc/runtime/log.hpp"
 #include "world/batch.hpp"
 #include "world/reduce.hpp"
-#include "world/watch_ended.hpp"
+#include "store/watch_ended.hpp"
 
 namespace hmc::detail {
 

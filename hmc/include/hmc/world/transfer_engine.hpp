@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "hmc/session.hpp"
-#include "hmc/world/store.hpp"
+#include "hmc/store/store.hpp"
 
 namespace hmc {
 

@@ -20,7 +20,7 @@
 
 #include "hmc/session.hpp"
 #include "hmc/world/collective.hpp"
-#include "hmc/world/store.hpp"
+#include "hmc/store/store.hpp"
 
 namespace hmc {
 

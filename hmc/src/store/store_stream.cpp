@@ -1,0 +1,110 @@
+#include "store/store_stream.hpp"
+
+#include <sys/socket.h>
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+namespace hmc::detail {
+
+namespace asio = runtime::asio;
+using namespace asio::experimental::awaitable_operators;
+
+StoreStream::StoreStream(tcp::socket socket, std::size_t max_queued_bytes, std::shared_ptr<QueueBudget> budget)
+    : socket_(std::move(socket)), max_queued_(max_queued_bytes), budget_(std::move(budget)) {}
+
+StoreStream::~StoreStream() { uncount(counted_); }
+
+void StoreStream::uncount(std::size_t n) {
+  n = std::min(n, counted_);
+  counted_ -= n;
+  if (budget_) budget_->total -= std::min(n, budget_->total);
+}
+
+asio::awaitable<std::string> StoreStream::read(std::uint32_t max_length, std::chrono::milliseconds payload_time,
+                                               store_wire::Header& header, std::vector<std::byte>& payload,
+                                               bool* closed_cleanly) {
+  auto self = shared_from_this();
+  if (closed_cleanly != nullptr) *closed_cleanly = false;
+  std::array<std::byte, store_wire::kHeaderSize> head{};
+  runtime::error_code ec;
+  co_await asio::async_read(socket_, asio::buffer(head), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    if (closed_cleanly != nullptr) *closed_cleanly = ec == asio::error::eof;
+    co_return "connection ended: " + ec.message();
+  }
+  if (auto why = store_wire::decode_header(head, max_length, header); !why.empty()) co_return why;
+  payload.clear();
+  if (header.length == 0) co_return std::string{};
+  // The whole payload within payload_time: a peer dribbling bytes cannot hold the connection.
+  auto fill = [&]() -> asio::awaitable<runtime::error_code> {
+    runtime::error_code e;
+    while (payload.size() < header.length) {
+      const std::size_t left = header.length - payload.size();
+      const std::size_t want = std::min(left, std::max<std::size_t>(std::size_t{64} << 10, payload.size()));
+      const std::size_t old = payload.size();
+      payload.resize(old + want);
+      const std::size_t n = co_await socket_.async_read_some(asio::buffer(payload.data() + old, want),
+                                                             asio::redirect_error(asio::use_awaitable, e));
+      payload.resize(old + n);
+      if (e) break;
+    }
+    co_return e;
+  };
+  asio::steady_timer deadline(socket_.get_executor(), payload_time);
+  auto r = co_await (fill() || deadline.async_wait(asio::use_awaitable));
+  if (r.index() == 1)
+    co_return "payload of " + std::to_string(header.length) + " bytes not received within " +
+        std::to_string(payload_time.count()) + " ms";
+  if (auto e = std::get<0>(r)) co_return "connection ended inside a frame: " + e.message();
+  co_return std::string{};
+}
+
+bool StoreStream::write(std::vector<std::byte> frame) {
+  if (!socket_.is_open()) return false;
+  const bool over_budget = budget_ && queued_ > 0 && budget_->total + frame.size() > budget_->max;
+  if (queued_ + frame.size() > max_queued_ || over_budget) {
+    close();
+    return false;
+  }
+  queued_ += frame.size();
+  counted_ += frame.size();
+  if (budget_) budget_->total += frame.size();
+  queue_.push_back(std::move(frame));
+  if (!writing_) write_next();
+  return true;
+}
+
+void StoreStream::write_next() {
+  if (queue_.empty() || !socket_.is_open()) {
+    writing_ = false;
+    return;
+  }
+  writing_ = true;
+  const auto& front = queue_.front();
+  // MSG_NOSIGNAL: a peer that died must fail the send, never raise SIGPIPE (io_uring sends don't add it).
+  socket_.async_send(asio::buffer(front.data() + offset_, front.size() - offset_), MSG_NOSIGNAL,
+                     [self = shared_from_this()](const runtime::error_code& ec, std::size_t n) {
+                       if (ec) {
+                         self->close();
+                         self->writing_ = false;
+                         return;
+                       }
+                       self->offset_ += n;
+                       if (self->offset_ == self->queue_.front().size()) {
+                         self->queued_ -= self->offset_;
+                         self->uncount(self->offset_);
+                         self->offset_ = 0;
+                         self->queue_.pop_front();
+                       }
+                       self->write_next();
+                     });
+}
+
+void StoreStream::close() {
+  uncount(counted_);  // what still waits is never sent
+  runtime::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+}
+
+}  // namespace hmc::detail
