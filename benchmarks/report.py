@@ -51,7 +51,7 @@ def transports(results, mode):
 def run_line(all_res):
     m = all_res[0]["meta"]
     mc = m.get("machine", {})
-    return (f"Run of {m.get('date', '?')}: `compare.py` on {mc.get('cores', '?')} cores ({mc.get('cpu', '?')}), "
+    return (f"`compare.py` on {mc.get('cores', '?')} cores ({mc.get('cpu', '?')}), "
             f"UCX {mc.get('ucx', '?')}, transports {', '.join(r['meta']['tls'] for r in all_res)}, "
             f"mode {m.get('mode')}, depth {m.get('depth')}, sizes {','.join(human(s) for s in m.get('sizes', []))}, "
             f"iteration scale {m.get('iter_scale', 1):g}, best of {m.get('repeat', 1)}, {m.get('seconds', '?')} s, "
@@ -99,7 +99,7 @@ def hmcref_section(data):
             rows.append([tls, human(r["size"]), num(r["lat_mean_us"]), num(r["lat_p50_us"]),
                          num(o.get("lat_mean_us")), num(o.get("lat_p50_us")), num(rat)])
     return ["### Blocking `put_remote` beside the HMC reference", "",
-            f"`hmcref_bench.py`, run of {m.get('date', '?')}, best of {m.get('rounds', '?')} interleaved rounds, "
+            f"`hmcref_bench.py`, best of {m.get('rounds', '?')} interleaved rounds, "
             f"load average {m.get('load_before', '?')} before / {m.get('load_after', '?')} after.", "",
             md(head, rows, 2)]
 
