@@ -1,4 +1,4 @@
-# One precompiled Asio header per kind of object code instead of one per target (docs/design.md,
+# One precompiled Asio header per kind of object code instead of one per target (docs/testing.md,
 # "CI time"). hmc_runtime's header reaches every target that links it (target_precompile_headers
 # PUBLIC); compiled once per target that was 23 copies of ~10 CPU-s each. With GCC the copies are
 # shared: libraries and modules (-fPIC) reuse hmc_runtime's, executables (-fPIE, which a -fPIC

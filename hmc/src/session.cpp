@@ -73,7 +73,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     to.engine = engine;
     to.max_message = max_message;
     to.keepalive = opts.ucx_keepalive;
-    // Device memory UCX cannot move is staged through host memory (docs/design.md "GPU staging").
+    // Device memory UCX cannot move is staged through host memory (docs/gpu-staging.md).
     return std::make_unique<StagingTransport>(loop, *buffer, staging_options(type), [&](ConnBuffer& exposed) {
       return std::make_unique<RoutedTransport>(std::make_unique<UcxTransport>(loop, ucx_context, exposed, uo),
                                                std::make_unique<TcpTransport>(loop, exposed, to), opts.shared_memory);
@@ -240,7 +240,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   }
 
   // The transport's connection to `rank` is established (after peer_info): operations and the
-  // fast path may use it now. Nothing runs on a half-made UCX connection (docs/design.md).
+  // fast path may use it now. Nothing runs on a half-made UCX connection (docs/session.md).
   void peer_ready(std::uint32_t rank) {
     if (closed || !ctrl) return;
     // Its names, for a loss noted after the transport has dropped its record.
@@ -426,7 +426,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     return nullptr;
   }
 
-  // Graceful close (docs/design.md "Closing"). The closer flushes what it sent to each peer, then
+  // Graceful close (docs/session.md "Closing"). The closer flushes what it sent to each peer, then
   // says BYE with the number of fast-path messages it sent; an open peer flushes its side, waits
   // for those messages, drops the data connection and answers BYE. Connections are torn down only
   // once every peer answered (or was lost, or kGoodbyeBudget passed): nobody's flush meets a
@@ -760,7 +760,7 @@ Session::~Session() {
   alive_.reset();  // RegisteredMemory handles that outlive us do nothing
   close();
   // From a completion handler on our own loop the loop's run() is on the stack: the loop and the
-  // impl are then destroyed on this thread once that run() returns (docs/design.md).
+  // impl are then destroyed on this thread once that run() returns (docs/architecture.md).
   runtime::EventLoop::destroy(std::move(loop_), std::move(impl_));
 }
 

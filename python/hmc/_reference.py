@@ -72,7 +72,7 @@ class ReferenceSession:
     def put_torch_cuda(self, ip, tensor, bias=0, conn=ConnType.UCX, size=None, timeout=None):
         """Puts a CUDA tensor to the peer's offset `bias`; UnsupportedError without CUDA. Where UCX
         cannot move CUDA memory the tensor goes to the wire through pinned bounce buffers in a
-        pipeline (docs/design.md "GPU staging") and the local buffer is not used; else device ->
+        pipeline (docs/gpu-staging.md) and the local buffer is not used; else device ->
         buffer at `bias` -> peer."""
         _payload.cuda_device(tensor, "put_torch_cuda")
         if not self._staged_tensor(tensor):

@@ -33,7 +33,7 @@ class AsyncSession(Session):
     """Takes the same arguments as hmc.create_session; use `async with`."""
 
     _notify = True  # operations started here are drained by the event loop
-    # The asyncio thread drives the session: no HMC thread, no hop (docs/design.md "Who drives the session").
+    # The asyncio thread drives the session: no HMC thread, no hop (docs/python.md "Who drives the session").
     _default_progress_thread = "caller"
 
     def __init__(self, *args, **kwargs):

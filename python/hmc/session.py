@@ -135,7 +135,7 @@ class Session(ReferenceSession):
 
     _notify = False  # blocking operations are waited for, not announced to an event loop
     # Blocking calls drive the session on the caller's thread; a keeper thread covers idle spells
-    # (docs/design.md "Python package", "Who drives the session").
+    # (docs/python.md, "Who drives the session").
     _default_progress_thread = "shared"
 
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
@@ -411,7 +411,7 @@ class Session(ReferenceSession):
     def register(self, obj):
         """Registers an array/tensor/buffer for zero-copy put()/get_into()."""
         dev = _payload.device_of(obj)
-        if dev is not None:  # device memory UCX cannot move is staged (docs/design.md "GPU staging")
+        if dev is not None:  # device memory UCX cannot move is staged (docs/gpu-staging.md)
             if not obj.is_contiguous():
                 raise InvalidArgumentError("obj: the CUDA tensor must be contiguous")
             n = _payload.nbytes(obj)

@@ -23,7 +23,7 @@
 namespace hmc::test {
 
 // The tag count of the long in-order streams. ASan at -O0 runs the same per-tag path 60-100x slower
-// (1-2 s became 70-140 s): a tenth of the volume there (docs/design.md, "CI time").
+// (1-2 s became 70-140 s): a tenth of the volume there (docs/testing.md, "CI time").
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr std::uint64_t kManyTags = 10'000;
 #else

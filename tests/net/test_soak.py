@@ -37,8 +37,8 @@ def test_soak_keeps_rss_and_fds_flat(spawn, record, tls):
 
 CHURN_CYCLES = 20 if LONG else 5
 CHURN_CLIENTS = 16
-# A lost peer's UCX endpoint closes once UCX reports the loss, at most 2 s after it (docs/design.md
-# "Failure model"): the server is counted once those closes had their time.
+# A lost peer's UCX endpoint closes once UCX reports the loss, at most 2 s after it
+# (docs/failure-model.md): the server is counted once those closes had their time.
 LINGER_S = 2.5
 
 

@@ -1,5 +1,5 @@
-"""put_remote / get_remote take one C++ call when every argument is plain (docs/design.md "Python
-package", "The op path"). Both paths must keep the same promises: the bytes are at the peer when
+"""put_remote / get_remote take one C++ call when every argument is plain (docs/python.md,
+"The op path"). Both paths must keep the same promises: the bytes are at the peer when
 the call returns (or its await does), a bad argument raises its typed error before anything is
 sent, and an operation that is not complete inside the call is awaited the usual way."""
 import asyncio

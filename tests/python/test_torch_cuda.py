@@ -1,5 +1,5 @@
 """Torch CUDA tensors through put_torch_cuda / get_torch_cuda / register, staged through pinned host
-memory where UCX cannot move CUDA memory (docs/design.md "GPU staging"). The CUDA cases need a GPU
+memory where UCX cannot move CUDA memory (docs/gpu-staging.md). The CUDA cases need a GPU
 and skip, saying why, without one; the memory-type query runs everywhere."""
 import shutil
 import tempfile

@@ -1,4 +1,4 @@
-// Closing with peers around (docs/design.md "Closing"): the goodbye loses no message and leaves UCX
+// Closing with peers around (docs/session.md "Closing"): the goodbye loses no message and leaves UCX
 // nothing to complain about, with one closer or with every session closing at once.
 #include <gtest/gtest.h>
 

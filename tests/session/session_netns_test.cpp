@@ -123,7 +123,7 @@ TEST(SessionNetns, SilentPeerIsDeclaredLostWithinTheLivenessLimits) {
   EXPECT_EQ(server.read_line(30s).rfind("OK ", 0), 0u);
   ::unsetenv("HMC_TEST_UCX_KEEPALIVE_MS");
   // An idle link: with data unacknowledged when it goes silent, the kernel retransmits for minutes
-  // instead of probing (the limit docs/design.md states).
+  // instead of probing (the limit docs/failure-model.md states).
   std::this_thread::sleep_for(1s);
   for (const std::string& ns : {net.a, net.b})
     ASSERT_TRUE(sh("ip netns exec " + ns + " nft 'add table inet hmc; add chain inet hmc in { type filter hook input "

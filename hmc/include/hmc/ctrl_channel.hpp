@@ -1,7 +1,7 @@
 #pragma once
 // The control channel: rank-addressed, ordered, framed messages over TCP (optionally TLS) or Unix
 // sockets, on the event loop. Peers prove they hold the shared key before anything else is
-// exchanged (docs/design.md "Security"). Every operation is an Asio async operation (awaitable,
+// exchanged (docs/security.md). Every operation is an Asio async operation (awaitable,
 // future, callback) whose error is a typed hmc::Error inside the std::exception_ptr; all members
 // are safe from any thread.
 #include <chrono>

@@ -1,6 +1,6 @@
 #pragma once
 // Settings of a control channel; defaults come from the environment where the reference had them.
-// Every resource limit is here with its default; docs/design.md ("Security") explains each.
+// Every resource limit is here with its default; docs/security.md ("Resource limits") explains each.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +22,7 @@ struct CtrlOptions {
   std::string uds_dir;
   bool uds_any_user = false;  // accept Unix-socket peers of another uid (SO_PEERCRED); off: same uid only
 
-  // Authentication (docs/design.md "Security"). Empty key: HMC_AUTH_KEY, then the per-user key file.
+  // Authentication (docs/security.md "The key"). Empty key: HMC_AUTH_KEY, then the per-user key file.
   std::string auth_key;
   bool authenticate = true;  // false: explicit opt-out, logged at warn; the peer must opt out too
 

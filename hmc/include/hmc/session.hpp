@@ -37,7 +37,7 @@ inline constexpr std::uint64_t kForeignRegion = UINT64_MAX - 1;  // a Registered
 
 enum class ConnType { RDMA = 0, UCX = 1 };
 
-// Which thread runs the session's event loop (docs/design.md, "Progress modes").
+// Which thread runs the session's event loop (docs/progress.md, "Progress modes").
 enum class ProgressThread {
   own,     // a dedicated loop thread: progress happens whether or not the user calls in
   caller,  // no thread: blocking calls drive the loop while they wait, progress() drives it explicitly
@@ -61,11 +61,11 @@ struct SessionOptions {
   std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
   // How long an idle peer without shared memory may stay silent before UCX declares it lost (the
   // tcp transport's socket keepalive: this, then 3 probes a fifth of it apart; with data in flight,
-  // or on the side that did not open the connection, see docs/design.md "Failure model").
+  // or on the side that did not open the connection, see docs/failure-model.md "Keepalive").
   // Zero keeps UCX's defaults and UCX_* variables.
   std::chrono::milliseconds ucx_keepalive{10000};
   bool fast_ctrl = true;  // once a peer's data connection is up, send control messages over it
-  // The data transport (docs/design.md "Verbs transport"): one per session. connect(..., RDMA) or
+  // The data transport (docs/transports.md "Verbs transport"): one per session. connect(..., RDMA) or
   // init_server with only an rdma_port also pick RDMA for a session that has no peer yet.
   ConnType conn_type = ConnType::UCX;
   std::string rdma_device;           // RDMA device (e.g. "mlx5_0"); empty: HMC_RDMA_DEVICE, else the first
@@ -75,11 +75,11 @@ struct SessionOptions {
   // TESTS ONLY: RDMA over the in-process emulated fabric (also HMC_VERBS_EMULATION=1); no byte
   // leaves the process. Never chosen unless asked for.
   bool verbs_emulation = false;
-  // Device memory the transport cannot move (docs/design.md "GPU staging") goes through this much
+  // Device memory the transport cannot move (docs/gpu-staging.md) goes through this much
   // pinned host memory per device type, in pieces of staging_chunk bytes.
   std::size_t staging_bytes = std::size_t{8} << 20;
   std::size_t staging_chunk = std::size_t{1} << 20;
-  // The job's shared key (docs/design.md "Security"); empty: HMC_AUTH_KEY, then the per-user key file.
+  // The job's shared key (docs/security.md "The key"); empty: HMC_AUTH_KEY, then the per-user key file.
   std::string auth_key;
   bool authenticate = true;  // false: accept unauthenticated peers (explicit opt-out, logged at warn)
   CtrlOptions ctrl = CtrlOptions::from_env();  // transport, TLS, heartbeats, resource limits
@@ -286,7 +286,7 @@ class Session {
 
   // Drops one peer (its operations fail with PeerLostError); close() drops all and stops the loop.
   void disconnect(std::uint32_t peer);
-  // Closes after a goodbye with every peer (docs/design.md "Closing"): what this session sent is
+  // Closes after a goodbye with every peer (docs/session.md "Closing"): what this session sent is
   // complete at its peers first, and each peer has what it needs before the connections go; a
   // silent peer delays it by 2 s at most. From the loop thread close() closes at once.
   template <class Token = default_token>

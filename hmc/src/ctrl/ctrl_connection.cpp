@@ -275,7 +275,7 @@ void CtrlConnection::close(error_code reason, const std::string& why) {
   socket().shutdown(asio::socket_base::shutdown_both, ignored);
   // Not close(): Asio 1.26's io_uring backend would recycle the socket's state with a cancelled
   // read still in it and re-arm that read on the next socket, which gets this fd number
-  // (docs/design.md, "A closed socket's stale read"). The fd closes with this object, after the
+  // (docs/progress.md, "A closed socket's stale read"). The fd closes with this object, after the
   // last operation's handler (each holds the connection) has run.
   socket().cancel(ignored);
   send_watchdog_.cancel();

@@ -1,5 +1,5 @@
 #pragma once
-// GPU staging (docs/design.md "GPU staging"): a decorator over any Transport for device memory the
+// GPU staging (docs/gpu-staging.md): a decorator over any Transport for device memory the
 // transport cannot move itself (Debian's UCX has no CUDA/ROCm support). Device memory on this side
 // goes through bounded pinned host bounce slots in a pipeline (put: device -> slot, then RMA from
 // the slot; get: RMA into a slot, then slot -> device). A device session buffer is exposed to the

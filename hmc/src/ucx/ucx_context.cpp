@@ -123,7 +123,7 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   if (names_tcp(tls))
     std::call_once(warned, [] {
       runtime::log().warn("UCX_TLS names tcp: UCX's tcp serves any connection without the key and reads and writes "
-                        "at any address it is sent; use it on trusted networks only (docs/design.md \"Security\")");
+                        "at any address it is sent; use it on trusted networks only (docs/security.md)");
     });
   settings.emplace_back("ALLOC_PRIO", "md:posix,huge,thp,mmap,heap");
   // The address format check_worker_address walks (UCX 1.13's defaults, whatever the environment says).
@@ -134,7 +134,7 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
     if (names_tcp(tls)) {
       // UCX's own keepalive sends a message: on tcp that data, unacknowledged by a silent peer,
       // stops the kernel's keepalive probes (retransmissions take ~15 min instead). So on tcp the
-      // socket keepalive of the connection UCX opened does the work; docs/design.md "Failure model".
+      // socket keepalive of the connection UCX opened does the work; docs/failure-model.md "Keepalive".
       settings.emplace_back("KEEPALIVE_INTERVAL", "inf");
       settings.emplace_back("KEEPIDLE", seconds(options.keepalive));
       settings.emplace_back("KEEPINTVL", seconds(std::max(std::chrono::milliseconds(1000), options.keepalive / 5)));

@@ -232,7 +232,7 @@ std::string UcxTransport::add_peer(std::uint32_t rank, const UcxPeerInfo& info) 
     return std::string("ucp_ep_rkey_unpack: ") + ucs_status_string(s);
   }
   // Usable once UCX has wired the endpoint up, which an endpoint flush waits for: UCX 1.13 tcp can
-  // crash when a peer goes away while its connection is still being set up (docs/design.md).
+  // crash when a peer goes away while its connection is still being set up (docs/session.md).
   ucp_request_param_t fp{};
   fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   fp.cb.send = &UcxTransport::on_wired;
@@ -320,7 +320,7 @@ void UcxTransport::remove_peer(std::uint32_t rank, error_code reason) {
   log().info("ucx peer rank {} removed: {}", rank, reason.message());
   // A peer lost (the control channel says so) whose endpoint UCX still holds up closes once UCX
   // sees the loss too: UCX 1.13 tcp frees an endpoint it is discarding when the peer's hangup
-  // arrives, then calls into it (docs/design.md "Failure model"). Bounded by kLinger.
+  // arrives, then calls into it (docs/failure-model.md). Bounded by kLinger.
   if (p->peer_error_mode && lost && !p->failed) {
     p->linger_until = std::chrono::steady_clock::now() + kLinger;
     lingering_.push_back(std::move(p));
@@ -449,7 +449,7 @@ PostResult UcxTransport::post_message(std::uint32_t rank, std::span<const std::b
 // UCX 1.13's ucp_worker_fence only fences each interface (uct_iface_fence), and on shared memory
 // puts (cma) and active messages (posix) use different ones: so the notify leaves once the endpoint
 // flush is done. On shared memory that flush completes inline and the message leaves in the same
-// call; over tcp it waits for the puts' acknowledgement (docs/design.md "Transports").
+// call; over tcp it waits for the puts' acknowledgement (docs/transports.md "put_notify").
 PostResult UcxTransport::post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) {
   Peer* p = find(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};

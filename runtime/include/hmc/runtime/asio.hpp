@@ -1,6 +1,6 @@
 #pragma once
 // The single include point for Boost.Asio in HMC. Every file includes Asio through this header so
-// that all translation units agree on the reactor and on separate compilation (see docs/design.md).
+// that all translation units agree on the reactor and on separate compilation (see docs/progress.md).
 
 #if !defined(BOOST_ASIO_SEPARATE_COMPILATION)
 #error "HMC builds Asio once (BOOST_ASIO_SEPARATE_COMPILATION): link the hmc_asio CMake target"

@@ -136,7 +136,7 @@ class EventLoop {
 
   // The reactor Asio was built with: "io_uring" or "epoll".
   static std::string_view backend() noexcept;
-  // Whether this build carries the Asio 1.26 io_uring cancel fix (docs/design.md).
+  // Whether this build carries the Asio 1.26 io_uring cancel fix (docs/progress.md).
   static bool uring_cancel_fix() noexcept;
 
  private:
