@@ -767,6 +767,7 @@ Session::~Session() {
 ConnBuffer& Session::buffer() noexcept { return *impl_->buffer; }
 const SessionOptions& Session::options() const noexcept { return impl_->opts; }
 runtime::loop_executor Session::executor() const noexcept { return loop_->executor(); }
+runtime::EventLoop& Session::event_loop() const noexcept { return *loop_; }
 
 void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                           std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir) {

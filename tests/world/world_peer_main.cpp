@@ -11,6 +11,8 @@
 #include <string>
 
 #include "hmc/error.hpp"
+#include "hmc/runtime/deadline.hpp"
+#include "hmc/runtime/event_loop.hpp"
 #include "hmc/world/world.hpp"
 
 namespace {
@@ -193,6 +195,8 @@ void collectives(World& w) {
       co_return ok && bytes == data(0, 9, 99);
     };
     auto f = hmc::runtime::asio::co_spawn(w.session().executor(), task(), hmc::runtime::asio::use_future);
+    // Through the loop's one wait: it drives the loop when the session lets callers drive.
+    w.session().event_loop().wait(f, hmc::runtime::deadline_after(std::chrono::seconds(60)));
     check(f.get(), "awaitable collectives");
   }
 }
@@ -209,6 +213,8 @@ int main(int argc, char** argv) {
     o.session.buffer_size = std::stoull(arg("buffer", std::to_string(1u << 20)));
     o.session.ucx_tls = arg("tls", "shm");
     o.session.ucx_net_devices = arg("devices", "lo");
+    if (const std::string t = arg("thread", "own"); t != "own")
+      o.session.progress_thread = t == "caller" ? hmc::ProgressThread::caller : hmc::ProgressThread::shared;
     o.session.timeout = std::chrono::milliseconds(std::stoll(arg("timeout_ms", "20000")));
     if (!arg("uds").empty()) o.session.ctrl.uds_dir = arg("uds");
     o.timeout = o.session.timeout;

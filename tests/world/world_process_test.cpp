@@ -89,11 +89,12 @@ class WorldProcessTest : public ::testing::Test {
   std::string dir;
 };
 
+// (transport, ranks, the sessions' progress thread)
 class Collectives : public WorldProcessTest,
-                    public ::testing::WithParamInterface<std::tuple<const char*, std::uint32_t>> {};
+                    public ::testing::WithParamInterface<std::tuple<const char*, std::uint32_t, const char*>> {};
 
 TEST_P(Collectives, EveryCollectiveWithOddSizes) {
-  const auto [tls, size] = GetParam();
+  const auto [tls, size, thread] = GetParam();
 #if defined(__SANITIZE_ADDRESS__)
   // Under ASan the world code is what is checked, and shm runs it the same way: the 8-rank tcp run
   // (the longest world test there) only in the long runs.
@@ -105,15 +106,21 @@ TEST_P(Collectives, EveryCollectiveWithOddSizes) {
   std::vector<Rank> ranks(size);
   for (std::uint32_t r = 0; r < ranks.size(); ++r)
     ranks[r].process = spawn({"url=" + url, "size=" + std::to_string(size), "rank=" + std::to_string(r),
-                              std::string("tls=") + tls});
+                              std::string("tls=") + tls, std::string("thread=") + thread});
   finish(ranks, 120s);
   expect_all_ok(ranks);
 }
 
-// 8 ranks over shared memory and over tcp, and an odd world.
+// 8 ranks over shared memory and over tcp, and odd worlds whose ranks drive their loops from the
+// threads that call in: with a keeper thread (shared), and only while in a call (caller).
 INSTANTIATE_TEST_SUITE_P(World, Collectives,
-                         ::testing::Values(std::make_tuple("shm", 8u), std::make_tuple("tcp", 8u),
-                                           std::make_tuple("shm", 5u)));
+                         ::testing::Values(std::make_tuple("shm", 8u, "own"), std::make_tuple("tcp", 8u, "own"),
+                                           std::make_tuple("shm", 5u, "own"), std::make_tuple("shm", 5u, "shared"),
+                                           std::make_tuple("tcp", 3u, "caller")),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param)) + "_" + std::to_string(std::get<1>(p.param)) +
+                                  "_" + std::get<2>(p.param);
+                         });
 
 TEST_F(WorldProcessTest, AutomaticRanksAreAPermutation) {
   StoreServerOptions so;

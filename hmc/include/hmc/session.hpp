@@ -100,6 +100,9 @@ class Session {
   const SessionOptions& options() const noexcept;
   // The session's loop: for coroutines that should run beside HMC, and for emitting cancellations.
   runtime::loop_executor executor() const noexcept;
+  // The loop itself, for layers above that wait on their own operations with EventLoop::wait and
+  // EventLoop::call (which drive it when the session's progress thread lets callers drive).
+  runtime::EventLoop& event_loop() const noexcept;
 
   // Server role (reference names): control listener on ctrl_tcp_port (0: any free port) and its
   // Unix socket in ctrl_uds_dir. ucx_port / rdma_port is how clients address this session in

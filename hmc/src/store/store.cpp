@@ -6,9 +6,9 @@
 #include <future>
 
 #include "hmc/error.hpp"
+#include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/event_loop.hpp"
 #include "store/etcd_store_client.hpp"
-#include "world/call_on.hpp"
 #include "store/tcp_store_client.hpp"
 
 namespace hmc {
@@ -113,20 +113,21 @@ StoreAddress parse_store_url(const std::string& url) {
   return a;
 }
 
-Store::Store(const std::string& url, StoreOptions options) { open(url, std::move(options), std::nullopt); }
+Store::Store(const std::string& url, StoreOptions options) { open(url, std::move(options), nullptr); }
 
-Store::Store(const std::string& url, StoreOptions options, runtime::loop_executor executor) {
-  open(url, std::move(options), executor);
+Store::Store(const std::string& url, StoreOptions options, runtime::EventLoop& loop) {
+  open(url, std::move(options), &loop);
 }
 
-void Store::open(const std::string& url, StoreOptions options, std::optional<runtime::loop_executor> on) {
+void Store::open(const std::string& url, StoreOptions options, runtime::EventLoop* loop) {
   const StoreAddress address = parse_store_url(url);  // before any thread starts: a bad URL costs nothing
-  if (!on) {
+  if (loop == nullptr) {
     own_loop_ = std::make_unique<runtime::EventLoop>();
     own_loop_->start();
-    on = own_loop_->executor();
+    loop = own_loop_.get();
   }
-  const runtime::loop_executor executor = *on;
+  loop_ = loop;
+  const runtime::loop_executor executor = loop->executor();
   state_ = std::make_shared<detail::StoreState>(executor);
   if (options.job_id.empty())
     options.job_id = detail::env_or("HMC_JOB_ID", detail::env_or("TORCHELASTIC_RUN_ID", "hmc"));
@@ -134,7 +135,7 @@ void Store::open(const std::string& url, StoreOptions options, std::optional<run
     throw InvalidConfigError("store job id '" + options.job_id + "' must not contain '/'");
   state_->options = options;
   state_->url = url;
-  if (executor.running_in_this_thread())
+  if (loop->in_loop_thread())
     throw InvalidArgumentError("Store: construct it off its loop thread (connecting blocks)");
 
   std::promise<std::exception_ptr> connected;
@@ -162,6 +163,7 @@ void Store::open(const std::string& url, StoreOptions options, std::optional<run
         connected.set_value(e);
       },
       runtime::asio::detached);
+  loop->wait(result, std::chrono::steady_clock::time_point::max());  // the connect times itself out
   if (auto e = result.get()) {
     close();
     std::rethrow_exception(e);
@@ -181,7 +183,7 @@ std::string Store::local_address() const { return state_->local_address; }
 
 void Store::close() {
   if (!state_) return;
-  detail::call_on(state_->ex, [s = state_] {
+  loop_->call([s = state_] {
     if (s->closed) return;
     s->closed = true;
     if (s->backend) s->backend->close();
@@ -230,12 +232,12 @@ void Store::start_on_loop(const std::shared_ptr<detail::StoreState>& state, OpCo
 
 template <class T, class F>
 T Store::blocking(const char* what, std::chrono::milliseconds timeout, F start_op) {
-  if (state_->ex.running_in_this_thread())
+  if (loop_->in_loop_thread())
     throw InvalidArgumentError(std::string("Store::") + what + " blocks: call it off the loop thread (or co_await async_*)");
   auto f = start_op();
   // The operation times itself out (with its context); this wait only guards against a lost reply.
   const auto guard = timeout + std::chrono::seconds(10);
-  if (f.wait_for(guard) != std::future_status::ready)
+  if (!loop_->wait(f, runtime::deadline_after(guard)))
     throw TimeoutError("store " + state_->url + ": " + what + " not complete after " + std::to_string(guard.count()) + " ms");
   return f.get();
 }

@@ -14,7 +14,6 @@
 #include "security/throttled_log.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
-#include "world/call_on.hpp"
 #include "store/store_handshake.hpp"
 #include "store/store_stream.hpp"
 
@@ -437,13 +436,13 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
 }  // namespace detail
 
 StoreServer::StoreServer(StoreServerOptions options)
-    : own_loop_(std::make_unique<runtime::EventLoop>()), executor_(own_loop_->executor()) {
+    : own_loop_(std::make_unique<runtime::EventLoop>()), loop_(own_loop_.get()) {
   own_loop_->start();
-  impl_ = std::make_shared<detail::StoreServerImpl>(executor_, std::move(options));
+  impl_ = std::make_shared<detail::StoreServerImpl>(loop_->executor(), std::move(options));
 }
 
-StoreServer::StoreServer(runtime::loop_executor executor, StoreServerOptions options)
-    : executor_(executor), impl_(std::make_shared<detail::StoreServerImpl>(executor, std::move(options))) {}
+StoreServer::StoreServer(runtime::EventLoop& loop, StoreServerOptions options)
+    : loop_(&loop), impl_(std::make_shared<detail::StoreServerImpl>(loop.executor(), std::move(options))) {}
 
 StoreServer::~StoreServer() {
   close();
@@ -451,7 +450,7 @@ StoreServer::~StoreServer() {
 }
 
 std::uint16_t StoreServer::listen(const std::string& host, std::uint16_t port) {
-  return detail::call_on(executor_, [&]() -> std::uint16_t {
+  return loop_->call([&]() -> std::uint16_t {
     auto& impl = *impl_;
     const std::string where = host + ":" + std::to_string(port);
     if (impl.closed) throw ClosedError("store listen on " + where + ": the server is closed");
@@ -475,15 +474,15 @@ std::uint16_t StoreServer::listen(const std::string& host, std::uint16_t port) {
 }
 
 void StoreServer::close() {
-  detail::call_on(executor_, [&] { impl_->close_all(); });
+  loop_->call([&] { impl_->close_all(); });
 }
 
 std::size_t StoreServer::connections() const {
-  return detail::call_on(executor_, [&] { return impl_->conns.size(); });
+  return loop_->call([&] { return impl_->conns.size(); });
 }
 
 std::size_t StoreServer::keys() const {
-  return detail::call_on(executor_, [&] { return impl_->data.size(); });
+  return loop_->call([&] { return impl_->data.size(); });
 }
 
 }  // namespace hmc

@@ -14,8 +14,6 @@
 #include "hmc/runtime/log.hpp"
 #include "world/batch.hpp"
 #include "world/connector.hpp"
-#include "world/call_on.hpp"
-#include "world/own_loop.hpp"
 #include "store/store_handshake.hpp"
 #include "store/watch_ended.hpp"
 
@@ -292,8 +290,8 @@ TransferEngine::TransferEngine(const std::string& store_url, const std::string& 
   if (unique_id.empty() || unique_id.find('/') != std::string::npos)
     throw InvalidArgumentError("engine id '" + unique_id + "' must be non-empty and without '/'");
   detail::take_session_auth(options.store, options.session);
-  session_ = std::make_unique<Session>(detail::with_own_loop(options.session));
-  store_ = std::make_unique<Store>(store_url, options.store, session_->executor());
+  session_ = std::make_unique<Session>(options.session);
+  store_ = std::make_unique<Store>(store_url, options.store, session_->event_loop());
   const std::int64_t n = store_->add("te/next_rank", 1) - 1;
   if (n < 0 || n > static_cast<std::int64_t>(UINT32_MAX)) throw ProtocolError("the store handed out rank " + std::to_string(n));
   const auto rank = static_cast<std::uint32_t>(n);
@@ -318,7 +316,7 @@ void TransferEngine::register_memory(void* address, std::size_t length) {
   RegisteredMemory m = session_->register_memory(address, length);
   const auto base = reinterpret_cast<std::uint64_t>(address);
   std::string listing;
-  detail::call_on(session_->executor(), [&] {
+  session_->event_loop().call([&] {
     auto& regions = impl_->regions;
     auto next = regions.lower_bound(base);
     if (next != regions.end() && next->first < base + length)
@@ -335,7 +333,7 @@ void TransferEngine::unregister_memory(void* address) {
   const auto base = reinterpret_cast<std::uint64_t>(address);
   std::string listing;
   RegisteredMemory gone;
-  detail::call_on(session_->executor(), [&] {
+  session_->event_loop().call([&] {
     auto& regions = impl_->regions;
     auto it = regions.find(base);
     if (it == regions.end()) throw NotFoundError("unregister_memory: no region starts at " + std::to_string(base));
@@ -366,10 +364,10 @@ void TransferEngine::submit(const std::shared_ptr<detail::TransferEngineImpl>& i
 }
 
 void TransferEngine::blocking(bool is_write, const std::string& peer, std::vector<TransferPiece> pieces) {
-  if (session_->executor().running_in_this_thread())
-    throw InvalidArgumentError("TransferEngine blocks: call it off the session's loop thread");
+  auto& loop = session_->event_loop();
+  if (loop.in_loop_thread()) throw InvalidArgumentError("TransferEngine blocks: call it off the session's loop thread");
   auto f = start(is_write, peer, std::move(pieces), runtime::asio::use_future);
-  if (f.wait_for(impl_->options.timeout + std::chrono::seconds(10)) != std::future_status::ready)
+  if (!loop.wait(f, runtime::deadline_after(impl_->options.timeout + std::chrono::seconds(10))))
     throw TimeoutError("transfer to engine '" + peer + "' not complete");
   f.get();
 }
@@ -389,7 +387,7 @@ void TransferEngine::write_batch(const std::string& peer, std::vector<TransferPi
 void TransferEngine::close() {
   if (!session_) return;
   if (impl_) {
-    detail::call_on(session_->executor(), [impl = impl_] {
+    session_->event_loop().call([impl = impl_] {
       impl->closed = true;
       for (auto& t : impl->slot_waiters) t->cancel();
     });

@@ -11,8 +11,6 @@
 #include "hmc/runtime/log.hpp"
 #include "hmc/store/store_server.hpp"
 #include "security/auth.hpp"
-#include "world/call_on.hpp"
-#include "world/own_loop.hpp"
 #include "store/store_handshake.hpp"
 #include "world/world_impl.hpp"
 
@@ -77,8 +75,8 @@ World::World(const std::string& store_url, std::uint32_t size, std::optional<std
     throw UnsupportedError("collectives need a CPU session buffer (SessionOptions::mem_type = CPU)");
 
   detail::take_session_auth(options.store, options.session);
-  session_ = std::make_unique<Session>(detail::with_own_loop(options.session));
-  const auto ex = session_->executor();
+  session_ = std::make_unique<Session>(options.session);
+  auto& loop = session_->event_loop();
   // The embedded store: hosted by rank 0, or (automatic ranks) by whichever process binds it first.
   if (where.scheme == "tcp") {
     const bool explicit_host = options.start_store.has_value();
@@ -88,7 +86,7 @@ World::World(const std::string& store_url, std::uint32_t size, std::optional<std
       so.auth_key = options.store.auth_key;
       so.authenticate = options.store.authenticate;
       so.max_connections = std::max<std::size_t>(so.max_connections, 2 * std::size_t{size} + 16);
-      auto server = std::make_unique<StoreServer>(ex, so);
+      auto server = std::make_unique<StoreServer>(loop, so);
       try {
         server->listen(numeric_address(where.endpoints[0].first), where.endpoints[0].second);
         store_server_ = std::move(server);
@@ -97,7 +95,7 @@ World::World(const std::string& store_url, std::uint32_t size, std::optional<std
       }
     }
   }
-  store_ = std::make_unique<Store>(store_url, options.store, ex);
+  store_ = std::make_unique<Store>(store_url, options.store, loop);
   Store& st = *store_;
   // Every rank must agree on the size; the first to get here sets it.
   const std::string agreed = st.compare_set("world/size", "", std::to_string(size));
@@ -138,7 +136,7 @@ World::World(std::uint32_t rank, std::uint32_t size, WorldOptions options) {
     throw InvalidArgumentError("rank " + std::to_string(rank) + " of a world of " + std::to_string(size));
   if (options.session.mem_type != MemoryType::CPU && options.session.mem_type != MemoryType::DEFAULT)
     throw UnsupportedError("collectives need a CPU session buffer (SessionOptions::mem_type = CPU)");
-  session_ = std::make_unique<Session>(detail::with_own_loop(options.session));
+  session_ = std::make_unique<Session>(options.session);
   if (options.local_ip.empty()) options.local_ip = options.session.local_ip;
   start_session(rank, size, options);
 }
@@ -185,8 +183,8 @@ void World::connect_all() {
 
 void World::run_connect(const std::vector<std::uint32_t>& peers, std::chrono::steady_clock::time_point deadline,
                         bool ring) {
-  if (session_->executor().running_in_this_thread())
-    throw InvalidArgumentError("World::connect blocks: call it off the session's loop thread");
+  auto& loop = session_->event_loop();
+  if (loop.in_loop_thread()) throw InvalidArgumentError("World::connect blocks: call it off the session's loop thread");
   // Through the connector thread, so this never races a collective's own connects.
   auto done = std::make_shared<std::promise<std::optional<detail::Fault>>>();
   auto result = done->get_future();
@@ -199,7 +197,7 @@ void World::run_connect(const std::vector<std::uint32_t>& peers, std::chrono::st
     }
     done->set_value(f);
   });
-  if (result.wait_until(deadline + std::chrono::seconds(35)) != std::future_status::ready)
+  if (!loop.wait(result, deadline + std::chrono::seconds(35)))
     throw TimeoutError("connecting to " + std::to_string(peers.size()) + " ranks did not finish");
   if (auto f = result.get()) std::rethrow_exception(make_error(make_error_code(f->status), f->what));
 }
@@ -210,13 +208,14 @@ void World::submit(const std::shared_ptr<detail::WorldImpl>& impl, detail::Colle
 
 template <class Start>
 auto World::block_on(detail::CollectiveCall::Kind kind, milliseconds timeout, Start start) {
-  if (session_->executor().running_in_this_thread())
+  auto& loop = session_->event_loop();
+  if (loop.in_loop_thread())
     throw InvalidArgumentError(std::string(detail::to_string(kind)) +
                                " blocks: call it off the session's loop thread (or co_await async_*)");
   auto f = start(runtime::asio::use_future);
   // The collective times itself out; this only guards against a completion that never comes.
   const milliseconds limit = timeout.count() > 0 ? timeout : impl_->options.timeout;
-  if (f.wait_for(limit + impl_->options.session.timeout + std::chrono::seconds(5)) != std::future_status::ready)
+  if (!loop.wait(f, runtime::deadline_after(limit + impl_->options.session.timeout + std::chrono::seconds(5))))
     throw TimeoutError("collective not complete after " + std::to_string(limit.count()) + " ms");
   return f.get();
 }
@@ -272,14 +271,14 @@ void World::close() {
   if (!session_) return;
   if (impl_) {
     auto impl = impl_;
-    detail::call_on(session_->executor(), [impl] { impl->shutdown(); });
+    session_->event_loop().call([impl] { impl->shutdown(); });
   }
   if (store_) store_->close();
   session_->close();  // fails what is in flight; blocked connects return
   if (impl_) {
     impl_->connector->stop();
     // The running collective (if any) finishes on the loop with ClosedError before we go.
-    for (int i = 0; i < 600 && detail::call_on(session_->executor(), [impl = impl_] { return impl->busy(); }); ++i)
+    for (int i = 0; i < 600 && session_->event_loop().call([impl = impl_] { return impl->busy(); }); ++i)
       std::this_thread::sleep_for(milliseconds(5));
   }
   if (store_server_) store_server_->close();

@@ -49,9 +49,10 @@ class Store {
   // Connects, retrying until options.timeout while the store is not up yet (ranks start in any
   // order): NotConnectedError naming the URL when it stays unreachable, AuthenticationError when
   // either side lacks the shared key. The first form runs its own event loop; the second runs on
-  // `executor` (e.g. a Session's), whose thread must then never block on the store.
+  // `loop` (e.g. a Session's), which must outlive the store, and its blocking calls wait through
+  // that loop (driving it when nobody else does); none may be made from a handler of that loop.
   explicit Store(const std::string& url, StoreOptions options = {});
-  Store(const std::string& url, StoreOptions options, runtime::loop_executor executor);
+  Store(const std::string& url, StoreOptions options, runtime::EventLoop& loop);
   ~Store();  // close()
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -151,9 +152,10 @@ class Store {
                             std::int64_t delta, std::chrono::milliseconds timeout, any_result done);
   template <class T, class F>
   T blocking(const char* what, std::chrono::milliseconds timeout, F start_op);
-  void open(const std::string& url, StoreOptions options, std::optional<runtime::loop_executor> executor);
+  void open(const std::string& url, StoreOptions options, runtime::EventLoop* loop);
 
   std::unique_ptr<runtime::EventLoop> own_loop_;  // before state_: handlers it still holds die with it
+  runtime::EventLoop* loop_ = nullptr;            // own_loop_, or the one given
   std::shared_ptr<detail::StoreState> state_;
 };
 

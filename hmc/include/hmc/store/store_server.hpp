@@ -42,8 +42,9 @@ class StoreServer {
  public:
   // Serves on its own event loop thread.
   explicit StoreServer(StoreServerOptions options = {});
-  // Serves on `executor` (e.g. a Session's loop); its thread must outlive the server.
-  StoreServer(runtime::loop_executor executor, StoreServerOptions options);
+  // Serves on `loop` (e.g. a Session's), which must outlive the server; its blocking calls wait
+  // through the loop (driving it when nobody else does).
+  StoreServer(runtime::EventLoop& loop, StoreServerOptions options);
   ~StoreServer();  // close()
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -59,7 +60,7 @@ class StoreServer {
 
  private:
   std::unique_ptr<runtime::EventLoop> own_loop_;
-  runtime::loop_executor executor_;
+  runtime::EventLoop* loop_;
   std::shared_ptr<detail::StoreServerImpl> impl_;
 };
 

@@ -25,8 +25,11 @@ class TransferEngineImpl;
 }
 
 struct TransferEngineOptions {
-  SessionOptions session;                    // buffer_size: staging for transfers in flight; progress_thread:
-                                             // always own (a dedicated loop thread)
+  // A dedicated loop thread unless told otherwise, so that the engine serves its peers' transfers
+  // whether or not it is inside a call.
+  TransferEngineOptions() { session.progress_thread = ProgressThread::own; }
+
+  SessionOptions session;                    // buffer_size: staging for transfers in flight
   StoreOptions store;                        // its key: store.auth_key, else session.auth_key (as WorldOptions)
   std::string local_ip;                      // empty: the local address of the connection to the store
   std::chrono::milliseconds timeout{30000};  // of each transfer

@@ -31,8 +31,11 @@ class WorldImpl;
 class StoreServer;
 
 struct WorldOptions {
+  // A dedicated loop thread unless told otherwise, so that a rank serves its peers' steps whether or
+  // not it is inside a call.
+  WorldOptions() { session.progress_thread = ProgressThread::own; }
+
   SessionOptions session;                    // each rank's Session; buffer_size bounds a collective round
-                                             // (progress_thread: always own, a dedicated loop thread)
   StoreOptions store;                        // job id, connect timeout of the store; its key: store.auth_key,
                                              // else session.auth_key; authenticate=false on either is for both
   std::optional<bool> start_store;           // host the embedded store (tcp:// and env:// only); default:
