@@ -1,6 +1,7 @@
 #pragma once
-// A Session: one registered buffer, a control channel and one data transport (UCX by default, or
-// verbs when its peers connect over RDMA), on its own event loop thread (or driven by the caller's
+// A Session: one registered buffer, a control channel and one data transport (by default UCX for
+// shared memory and RDMA and HMC's TCP path for other peers, chosen per peer; verbs when its peers
+// connect over RDMA), on its own event loop thread (or driven by the caller's
 // threads: ProgressThread). Peers are ranks; once
 // connected either side can put to and get from the other.
 // Every async_* operation takes an Asio completion token (use_awaitable, the default; use_future;
