@@ -242,7 +242,7 @@ def run_hmc(cmd_prefix, env, tests, sizes, scale, depth, repeat, progress, label
                     with open(out) as f:
                         data = json.load(f)
                     os.unlink(out)
-                    if meta is None or data["meta"].get("unavailable"):
+                    if meta is None:
                         meta = data["meta"]
                     for r in data["results"]:
                         runs.setdefault(r["size"], []).append(steady_state(r))
@@ -282,17 +282,6 @@ def run_raw(o, tls, tests, sizes, depth, progress, count_as):
                     steady_state(r)
                 rows.append(best("put_lat" if test in ("put", "get", "notify") else "put_bw", rs))
     return rows
-
-
-def unavailable(meta, test=None):
-    """Why a run measured nothing: the API is not in this build (None when it is)."""
-    meta = meta or {}
-    for u in meta.get("unavailable") or []:
-        if test is None or u == test or u.startswith("progress_thread"):
-            return f"{u}: not available in this build"
-    if test == "notify_lat" and meta.get("put_notify") is False:
-        return "put_notify: not available in this build"
-    return None
 
 
 def run_hmcref(o, tls_list, progress):
@@ -378,7 +367,7 @@ def api_why(res, key, test, table="api"):
     entry = (res.get(table) or {}).get(key)
     if entry is None:
         return "not run"
-    return (entry.get("unavailable") or {}).get(test) or "not measured"
+    return "not measured"
 
 
 def raw_row(res, test, size):
@@ -522,7 +511,7 @@ RTT_SIZES = (8,)
 
 
 def api_runs(o, tls, env, bench, progress):
-    """({key: {label, rows, unavailable}} latency per API, {key: ...} put + tag / notify round trips)."""
+    """({key: {label, rows, meta}} latency per API, {key: ...} put + tag / notify round trips)."""
     py = [o.python, str(ROOT / "benchmarks/python/hmc_bench.py"), "--tls", tls]
     api, rtt = {}, {}
 
@@ -532,8 +521,7 @@ def api_runs(o, tls, env, bench, progress):
         mode = [] if "--mode" in flags else ["--mode", o.mode]
         cmd = (bench if lang == "cpp" else py) + mode + flags
         meta, rows = run_hmc(cmd, env, tests, sizes, o.iter_scale, 1, o.repeat, progress, key, tls, "put_lat")
-        table[key] = {"label": label, "rows": rows, "meta": meta,
-                      "unavailable": {t: unavailable(meta, t) for t in tests if not any(r["test"] == t for r in rows)}}
+        table[key] = {"label": label, "rows": rows, "meta": meta}
 
     for key, label, lang, flags, tests, full_only in API_RUNS:
         if not (full_only and o.quick):
@@ -670,8 +658,7 @@ def api_table(all_res):
         for size in res["meta"]["api_sizes"]:
             vals = [api_value(res, k, size) for k, _ in cols]
             rows.append([res["meta"]["tls"], human(size)] + [fmt(v, "us") for v in vals])
-    notes = sorted({f"{e['label']}: {w}" for res in all_res for e in (res.get("api") or {}).values()
-                    for w in (e["unavailable"] or {}).values() if w and not e["rows"]})
+    notes = []
     if any(res.get("hmcref_skipped") for res in all_res):
         why = next(r["hmcref_skipped"] for r in all_res if r.get("hmcref_skipped"))
         notes.append(f"HMC reference: skipped ({why})")
@@ -686,11 +673,9 @@ def rtt_table(all_res):
         rn = (raw_row(res, "notify", 8) or {}).get("lat_p50_us")
         for key, entry in (res.get("rtt") or {}).items():
             tag = api_p50(res, key, "tag_lat", 8, "rtt")
-            note = (entry.get("unavailable") or {}).get("notify_lat")
             notify = api_p50(res, key, "notify_lat", 8, "rtt")
-            rows.append([tls, entry["label"], fmt(tag, "us") if tag is not None else
-                         ((entry.get("unavailable") or {}).get("tag_lat") or "n/a"),
-                         fmt(notify, "us") if notify is not None else (note or "n/a"), fmt(rn, "us")])
+            rows.append([tls, entry["label"], fmt(tag, "us") if tag is not None else "n/a",
+                         fmt(notify, "us") if notify is not None else "n/a", fmt(rn, "us")])
     return head, rows
 
 

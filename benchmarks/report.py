@@ -109,7 +109,7 @@ def profile_section(data):
     rows = []
     for r in data["rows"]:
         if "syscalls_per_op" not in r:
-            rows.append([r["case"], r.get("unavailable") or r.get("error", "?"), "", "", ""])
+            rows.append([r["case"], r.get("error", "?"), "", "", ""])
             continue
         top = ", ".join(f"{k} {v:.1f}" for k, v in r["top_syscalls"].items())
         rows.append([r["case"], f"{r['syscalls_per_op']:.1f}", f"{r['context_switches_per_op']:.1f}",

@@ -8,9 +8,8 @@ that the Python layer's overhead is a number next to the C++ one (docs/benchmark
         [--test put_bw,get_bw,put_lat,get_lat,tag_lat,notify_lat] [--json FILE] [--csv FILE] [--quiet]
 
 tag_lat: put, then a control tag, wait for the peer's tag (no data back). notify_lat: the same with
-put_remote(..., notify=tag); against a package without that parameter it prints "not available in
-this build" and is left out. --progress-thread passes progress_thread= to the client's session
-(against a package without it, prints the same and measures nothing); "default" passes nothing. The blocking API runs one operation at a time (its put_bw is at depth 1).
+put_remote(..., notify=tag). --progress-thread passes progress_thread= to the client's session;
+"default" passes nothing. The blocking API runs one operation at a time (its put_bw is at depth 1).
 
 `--role loopback` (default) starts the server side as a subprocess of this script (`--role server`,
 which prints "READY <ctrl_port>") and runs the client; `--role server` / `--role client --port P`
@@ -24,7 +23,6 @@ schema as hmc_bench's with "impl": "hmc-python".
 """
 import argparse
 import asyncio
-import inspect
 import json
 import os
 import subprocess
@@ -36,16 +34,6 @@ from bench_units import human, parse_sizes
 
 TESTS = ("put_bw", "get_bw", "put_lat", "get_lat", "tag_lat", "notify_lat")
 ECHO_TESTS = ("put_lat", "tag_lat", "notify_lat")  # the server answers each round with a tag
-
-
-def has_notify():
-    """put_remote(..., notify=tag) is in this build."""
-    return "notify" in inspect.signature(hmc.Session.put_remote).parameters
-
-
-def has_progress_thread():
-    """Session(progress_thread=...) is in this build."""
-    return "progress_thread" in inspect.signature(hmc.Session.__init__).parameters
 SERVER_RANK = 100
 DONE = "done"
 
@@ -64,7 +52,7 @@ def options(argv=None):
     p.add_argument("--role", choices=("loopback", "server", "client"), default="loopback")
     p.add_argument("--api", choices=("asyncio", "blocking"), default="asyncio", help="the client's API")
     p.add_argument("--progress-thread", choices=("default", "own", "shared", "caller"), default="default",
-                   help="the client session's progress_thread (where the package has it)")
+                   help="the client session's progress_thread")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="server control port (server: 0 = any free port)")
     p.add_argument("--test", type=parse_tests, default=list(TESTS))
@@ -245,15 +233,14 @@ async def measure(s, peer, o, test, size):
     return result(o, test, size, lanes, lat, per_lane * lanes, secs, cpu)
 
 
-def write_outputs(o, results, unavailable=()):
+def write_outputs(o, results):
     tls = o.tls or "default"
     fields = ("test", "size", "depth", "iters", "seconds", "bw_mbps", "msg_rate", "lat_p50_us", "lat_p99_us",
               "lat_max_us", "cpu_s_per_gb")
     if o.json:
         with open(o.json, "w") as f:
             json.dump({"meta": {"impl": "hmc-python", "api": o.api, "progress_thread": o.progress_thread, "tls": tls,
-                                "mode": o.mode, "depth": o.depth if o.api == "asyncio" else 1, "peers": 1,
-                                "unavailable": list(unavailable)},
+                                "mode": o.mode, "depth": o.depth if o.api == "asyncio" else 1, "peers": 1},
                        "results": results}, f, indent=1)
             f.write("\n")
     if o.csv:
@@ -311,20 +298,6 @@ def run_client_sync(o, port):
         return results
 
 
-def preflight(o):
-    """Leaves out what this build lacks, naming it; returns the names."""
-    unavailable = []
-    if "notify_lat" in o.test and not has_notify():
-        print("hmc_bench.py: notify_lat: not available in this build (no put_remote(..., notify=))", file=sys.stderr)
-        o.test = [t for t in o.test if t != "notify_lat"]
-        unavailable.append("notify_lat")
-    if o.progress_thread != "default" and not has_progress_thread():
-        print(f"hmc_bench.py: progress_thread={o.progress_thread!r}: not available in this build", file=sys.stderr)
-        unavailable.append(f"progress_thread={o.progress_thread}")
-        o.test = []
-    return unavailable
-
-
 def client(o, port):
     return run_client_sync(o, port) if o.api == "blocking" else asyncio.run(run_client(o, port))
 
@@ -348,12 +321,8 @@ def main(argv=None):
     if o.role == "server":
         asyncio.run(run_server(o))
         return 0
-    unavailable = preflight(o)
-    if not o.test:
-        write_outputs(o, [], unavailable)
-        return 0
     if o.role == "client":
-        write_outputs(o, client(o, o.port), unavailable)
+        write_outputs(o, client(o, o.port))
         return 0
     proc, port = spawn_server(o)
     try:
@@ -363,7 +332,7 @@ def main(argv=None):
         proc.kill()
         proc.wait()
         raise
-    write_outputs(o, results, unavailable)
+    write_outputs(o, results)
     return proc.returncode
 
 

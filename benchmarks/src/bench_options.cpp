@@ -6,14 +6,6 @@
 namespace hmc::bench {
 namespace {
 
-// ProgressThread::shared, detected so the benchmark also builds against a library without it.
-template <class E>
-constexpr bool has_shared_progress = requires { E::shared; };
-template <class E>
-E shared_progress() {
-  return E::shared;
-}
-
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream in(s);
@@ -78,8 +70,7 @@ Options parse_options(int argc, char** argv) {
       } else if (o.progress_thread_name == "caller") {
         o.progress_thread = ProgressThread::caller;
       } else if (o.progress_thread_name == "shared") {
-        if constexpr (has_shared_progress<ProgressThread>) o.progress_thread = shared_progress<ProgressThread>();
-        else o.unavailable = "progress_thread=shared";
+        o.progress_thread = ProgressThread::shared;
       } else {
         throw std::invalid_argument("--progress-thread must be own, shared or caller");
       }

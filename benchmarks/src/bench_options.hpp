@@ -21,7 +21,6 @@ struct Options {
   runtime::ProgressMode mode = runtime::ProgressMode::adaptive;  // the Session default
   ProgressThread progress_thread = ProgressThread::own;          // the client's; servers keep their own thread
   std::string progress_thread_name = "default";                  // as given; "default": the Session's default
-  std::string unavailable;                                       // an option this build lacks: nothing is measured
   std::string tls;                 // UCX_TLS for both sides; empty: UCX default
   std::string net_devices = "lo";
   long iters = 0;                  // 0: chosen per size

@@ -46,18 +46,8 @@ struct TestDone {  // server -> client after each test
   double cpu_seconds;
 };
 
-// put-with-notify, detected so the benchmark also builds against a library without it (notify_lat is then skipped).
-template <class S>
-constexpr bool has_put_notify = requires(S& s, CtrlMessage m) {
-  s.async_put_notify(std::uint32_t{0}, std::size_t{0}, std::size_t{0}, std::size_t{0}, m, asio::use_awaitable);
-};
-
-template <class S>
-asio::awaitable<void> put_notify(S& s, std::uint32_t peer, std::size_t size, std::uint64_t tag) {
-  if constexpr (has_put_notify<S>)
-    co_await s.async_put_notify(peer, 0, 0, size, CtrlMessage::from_tag(tag), asio::use_awaitable);
-  else
-    throw std::logic_error("put_notify: not available in this build");
+asio::awaitable<void> put_notify(Session& s, std::uint32_t peer, std::size_t size, std::uint64_t tag) {
+  co_await s.async_put_notify(peer, 0, 0, size, CtrlMessage::from_tag(tag), asio::use_awaitable);
 }
 
 bool latency_test(const std::string& t) {
@@ -289,8 +279,7 @@ void write_outputs(const Options& o, const std::vector<Result>& rs) {
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     f << "{\"meta\": {\"impl\": \"hmc-cpp\", \"tls\": \"" << (o.tls.empty() ? "default" : o.tls) << "\", \"mode\": \""
-      << mode << "\", \"progress_thread\": \"" << o.progress_thread_name << "\", \"unavailable\": ["
-      << (o.unavailable.empty() ? "" : "\"" + o.unavailable + "\"") << "], \"put_notify\": " << (has_put_notify<Session> ? "true" : "false") << ", \"depth\": " << o.depth
+      << mode << "\", \"progress_thread\": \"" << o.progress_thread_name << "\", \"depth\": " << o.depth
       << ", \"peers\": " << o.peers << "},\n \"results\": [\n";
     for (std::size_t i = 0; i < rs.size(); ++i) {
       const auto& r = rs[i];
@@ -333,10 +322,6 @@ int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std:
   const std::size_t total = o.tests.size() * o.sizes.size();
   std::size_t done = 0;
   for (const auto& test : o.tests) {
-    if (test == "notify_lat" && !has_put_notify<Session>) {
-      std::fprintf(stderr, "hmc_bench: notify_lat: not available in this build (no Session::async_put_notify)\n");
-      continue;
-    }
     for (std::size_t size : o.sizes) {
       if (!o.quiet) std::fprintf(stderr, "\r[%zu/%zu] %s %s ...      ", ++done, total, test.c_str(), human(size).c_str());
       Result r = measure(s, peers, o, test, size);
@@ -400,11 +385,6 @@ int main(int argc, char** argv) {
     if (*e.what() != '\0') std::fprintf(stderr, "hmc_bench: %s\n", e.what());
     std::fputs(Options::usage().c_str(), stderr);
     return 2;
-  }
-  if (!o.unavailable.empty()) {  // measure nothing, say so, and leave a JSON that says it too
-    std::fprintf(stderr, "hmc_bench: %s: not available in this build\n", o.unavailable.c_str());
-    write_outputs(o, {});
-    return 0;
   }
   try {
     if (o.role == "server") return run_server(o);

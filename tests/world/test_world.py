@@ -206,7 +206,7 @@ def test_a_torch_style_store_object_is_wrapped():
 
 def test_one_rank_in_process_waits_and_checks_timeouts_as_a_session_does():
     """World and AsyncWorld wait through the Session's hooks: inf is no limit; NaN, negatives and
-    non-numbers are InvalidArgumentError before anything starts (a str used to be a TypeError)."""
+    non-numbers (a str too, not a TypeError) are InvalidArgumentError before anything starts."""
     url = f"tcp://127.0.0.1:{free_port()}"
     with hmc.init_world(url, world_size=1, rank=0, ucx_tls="shm", timeout=5) as w:
         assert w.all_gather(b"abc", timeout=math.inf) == [b"abc"]

@@ -87,7 +87,7 @@ WorldMessage notice(std::uint64_t seq, std::uint64_t piece, std::uint64_t total,
 INSTANTIATE_TEST_SUITE_P(
     World, WorldHostileRoot,
     ::testing::Values(
-        // Status 0 is success: the abort used to become a null error, rethrown (std::terminate).
+        // Status 0 is success: the abort still fails the world, never as a null error (std::terminate).
         HostileCase{"abort_with_success",
                     [](std::uint64_t seq) { return WorldMessage{WorldKind::abort, 0, 0, seq, 0, 0, 0, 0}; },
                     "abort with unknown reason 0"},

@@ -17,8 +17,8 @@ enum class CtrlTransport {
 struct CtrlOptions {
   CtrlTransport transport = CtrlTransport::automatic;
   // Where a listener puts its Unix socket: a directory, or a full socket path (`.../name.sock`).
-  // Empty: $XDG_RUNTIME_DIR/hmc, else /tmp/hmc-<uid>. A directory that is not this user's with
-  // mode 0700 (such as /tmp) gets a private hmc-<uid> subdirectory.
+  // Empty: $XDG_RUNTIME_DIR/hmc, else `/tmp/hmc-<uid>`. A directory that is not this user's with
+  // mode 0700 (such as /tmp) gets a private `hmc-<uid>` subdirectory.
   std::string uds_dir;
   bool uds_any_user = false;  // accept Unix-socket peers of another uid (SO_PEERCRED); off: same uid only
 

@@ -1,6 +1,7 @@
 #pragma once
-// A Session: one registered buffer, a control channel and one data transport (UCX by default, or
-// verbs when its peers connect over RDMA), on its own event loop thread (or driven by the caller's
+// A Session: one registered buffer, a control channel and one data transport (by default UCX for
+// shared memory and RDMA and HMC's TCP path for other peers, chosen per peer; verbs when its peers
+// connect over RDMA), on its own event loop thread (or driven by the caller's
 // threads: ProgressThread). Peers are ranks; once
 // connected either side can put to and get from the other.
 // Every async_* operation takes an Asio completion token (use_awaitable, the default; use_future;
@@ -58,7 +59,7 @@ struct SessionOptions {
   // containers whose shared memory is not shared, or to measure that path on one host.
   bool shared_memory = true;
   std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
-  std::size_t max_inflight = 1024;                // operations in UCX at once; more are queued
+  std::size_t max_inflight = 1024;                // operations in the transport at once; more are queued
   // How long an idle peer without shared memory may stay silent before UCX declares it lost (the
   // tcp transport's socket keepalive: this, then 3 probes a fifth of it apart; with data in flight,
   // or on the side that did not open the connection, see docs/failure-model.md "Keepalive").
@@ -270,7 +271,7 @@ class Session {
   void ctrl_send(std::uint32_t peer, std::uint64_t tag);
   std::uint64_t ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout);
 
-  // ProgressThread::caller (or shared): runs the handlers that are ready and progresses UCX once,
+  // ProgressThread::caller (or shared): runs the handlers that are ready and progresses the transport once,
   // never blocking; returns the handlers run (0 also while another thread drives). No-op with own thread.
   // With `stop`: returns as soon as stop() holds after a handler (e.g. once the awaited operation is
   // done), leaving the rest to the next call (the wakeup fd stays readable).

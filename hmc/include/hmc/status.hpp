@@ -37,5 +37,8 @@ Status status_of(const boost::system::error_code& ec) noexcept;
 
 }  // namespace hmc
 
+// Lets a Status convert to boost::system::error_code (Boost's trait, not HMC's API: Doxygen skips it).
+// @cond
 template <>
 struct boost::system::is_error_code_enum<hmc::Status> : std::true_type {};
+// @endcond

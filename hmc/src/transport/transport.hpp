@@ -1,7 +1,8 @@
 #pragma once
-// The one interface the Session uses for its data plane, whatever carries the bytes (UCX or
-// verbs). A transport is a Poller the loop drives; it owns a peer table, an OpEngine for its
-// operations, a RegionTable for its memory and the control fast path. Loop thread only.
+// The one interface the Session uses for its data plane, whatever carries the bytes (UCX, HMC's
+// TCP path or verbs; RoutedTransport and StagingTransport wrap them). A transport is a Poller the
+// loop drives; it owns a peer table, an OpEngine for its operations, a RegionTable for its memory
+// and the control fast path. Loop thread only.
 #include <cstdint>
 #include <functional>
 #include <span>

@@ -1,6 +1,6 @@
 #pragma once
 // The completion of one operation that a thread blocks on: set once from the loop, waited for with
-// a deadline. Lighter than std::promise/std::future (whose set_value makes a futex call even when
+// a deadline. Lighter than std::promise and std::future (whose set_value makes a futex call even when
 // nobody sleeps): setting it makes a system call only when the waiter is asleep.
 #include <atomic>
 #include <chrono>
