@@ -767,7 +767,7 @@ def options(argv=None):
     p = argparse.ArgumentParser(description="HMC (C++ and Python) next to raw UCX (ucx_perftest)")
     p.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, {QUICK_SCALE} x the iterations")
     p.add_argument("--tls", default="shm,tcp", help="UCX transports, one comparison each (default shm,tcp)")
-    p.add_argument("--mode", choices=("adaptive", "event", "poll", "hybrid"), default="adaptive", help="HMC progress mode")
+    p.add_argument("--mode", choices=("adaptive", "event", "poll"), default="adaptive", help="HMC progress mode")
     p.add_argument("--sizes", type=parse_sizes, default=None, help=f"default {FULL_SIZES}")
     p.add_argument("--depth", type=int, default=16, help="operations in flight in the bandwidth tests")
     p.add_argument("--msg-depth", type=int, default=64, help="depth of the 8-byte message-rate row")

@@ -329,7 +329,7 @@ def main(argv=None):
     p.add_argument("--rows", default="all", help="comma-separated row keys or transports (shm, tcp); --list")
     p.add_argument("--list", action="store_true", help="print the rows and exit")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run length")
-    p.add_argument("--mode", default="adaptive", choices=("adaptive", "event", "poll", "hybrid"),
+    p.add_argument("--mode", default="adaptive", choices=("adaptive", "event", "poll"),
                    help="HMC's progress mode (adaptive: the default the targets use; event: counts that load "
                    "does not change, adaptive stops spinning on a loaded machine)")
     p.add_argument("--repeat", type=int, default=1, help="perf stat runs per length; the least counts are kept")

@@ -58,7 +58,7 @@ def options(argv=None):
     p.add_argument("--test", type=parse_tests, default=list(TESTS))
     p.add_argument("--sizes", type=parse_sizes, default=parse_sizes("8,64,512,4K,64K,256K,1M,4M,16M"))
     p.add_argument("--depth", type=int, default=16, help="operations in flight in the bandwidth tests")
-    p.add_argument("--mode", choices=("adaptive", "event", "poll", "hybrid"), default="adaptive")
+    p.add_argument("--mode", choices=("adaptive", "event", "poll"), default="adaptive")
     p.add_argument("--tls", default="", help="UCX_TLS for both sides (empty: UCX's default)")
     p.add_argument("--net-devices", default="lo")
     p.add_argument("--iters", type=int, default=0, help="0: chosen per size like hmc_bench")

@@ -22,7 +22,7 @@ def cpu_seconds():
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tls", default="shm")
-    p.add_argument("--mode", choices=("adaptive", "event", "poll", "hybrid"), default="adaptive")
+    p.add_argument("--mode", choices=("adaptive", "event", "poll"), default="adaptive")
     p.add_argument("--seconds", type=float, default=5.0)
     o = p.parse_args()
     kw = dict(buffer_size=1 << 20, progress_mode=o.mode, ucx_tls=o.tls or None, ucx_net_devices="lo")

@@ -30,7 +30,7 @@ std::size_t parse_size(const std::string& text) {
 std::string Options::usage() {
   return "usage: hmc_bench [--role loopback|server|client] [--host IP] [--port P]\n"
          "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat]\n"
-         "                 [--sizes 8,64K,1M | 8:64M] [--depth N] [--peers N] [--mode adaptive|event|poll|hybrid]\n"
+         "                 [--sizes 8,64K,1M | 8:64M] [--depth N] [--peers N] [--mode adaptive|event|poll]\n"
          "                 [--progress-thread own|shared|caller] [--tls shm|tcp|hmc-tcp|...]\n"
          "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n";
 }
@@ -61,7 +61,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--peers") o.peers = static_cast<std::uint32_t>(std::stoul(value()));
     else if (flag == "--mode") {
       const auto m = runtime::parse_progress_mode(value());
-      if (!m) throw std::invalid_argument("--mode must be adaptive, event, poll or hybrid");
+      if (!m) throw std::invalid_argument("--mode must be adaptive, event or poll");
       o.mode = *m;
     } else if (flag == "--progress-thread") {
       o.progress_thread_name = value();

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   if (argc > 5) {
     auto m = hmc::runtime::parse_progress_mode(argv[5]);
     if (!m) {
-      std::fprintf(stderr, "mode must be event, poll or hybrid\n");
+      std::fprintf(stderr, "mode must be adaptive, event or poll\n");
       return 2;
     }
     c.mode = *m;

@@ -24,7 +24,6 @@ PollerDriver::PollerDriver(asio::io_context& io, Poller& poller, const EventLoop
     : io_(io),
       poller_(poller),
       mode_(options.mode),
-      hybrid_spin_(options.hybrid_spin),
       safety_interval_(options.safety_interval),
       fd_(io),
       safety_timer_(io),
@@ -93,7 +92,6 @@ long PollerDriver::preemptions() noexcept {
 
 PollerDriver::clock::duration PollerDriver::spin_window() const noexcept {
   switch (mode_) {
-    case ProgressMode::hybrid: return hybrid_spin_;
     case ProgressMode::adaptive: return activity_.window();
     case ProgressMode::event:
     case ProgressMode::poll: break;

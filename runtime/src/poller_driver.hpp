@@ -22,7 +22,7 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   ~PollerDriver();
 
   void start();
-  // A submission: activity (adaptive and hybrid spin after it) and a cycle before the loop sleeps.
+  // A submission: activity (adaptive mode spins after it) and a cycle before the loop sleeps.
   void kick();
   // One more cycle (progress, then arm when idle) without counting as activity.
   void poke();
@@ -45,7 +45,6 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   asio::io_context& io_;
   Poller& poller_;
   ProgressMode mode_;
-  std::chrono::microseconds hybrid_spin_;
   std::chrono::milliseconds safety_interval_;
   asio::posix::stream_descriptor fd_;
   asio::steady_timer safety_timer_;

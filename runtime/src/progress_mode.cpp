@@ -6,7 +6,6 @@ std::string_view to_string(ProgressMode mode) noexcept {
   switch (mode) {
     case ProgressMode::event: return "event";
     case ProgressMode::poll: return "poll";
-    case ProgressMode::hybrid: return "hybrid";
     case ProgressMode::adaptive: return "adaptive";
   }
   return "unknown";
@@ -15,7 +14,6 @@ std::string_view to_string(ProgressMode mode) noexcept {
 std::optional<ProgressMode> parse_progress_mode(std::string_view text) noexcept {
   if (text == "event") return ProgressMode::event;
   if (text == "poll") return ProgressMode::poll;
-  if (text == "hybrid") return ProgressMode::hybrid;
   if (text == "adaptive") return ProgressMode::adaptive;
   return std::nullopt;
 }

@@ -193,18 +193,14 @@ TEST(CallerDriven, PollWithAStopConditionReturnsOnceItHoldsAndLeavesTheRestReada
   EXPECT_EQ(ran, 10);
 }
 
-// A spinning poller (poll mode; hybrid and adaptive after activity) cycles once per poll(): an
+// A spinning poller (poll mode; adaptive after activity) cycles once per poll(): an
 // outside selector (asyncio) runs its own callbacks between two cycles instead of behind a batch of
 // up to 256 of them (that was ~100 us per event-loop turn, several turns per awaited message), and
 // the wakeup fd stays readable so the spin goes on in its next poll(). Work found is still taken
 // in the same cycle.
 TEST(CallerDriven, PollCyclesASpinningPollerOnceAndLeavesTheWakeupFdReadable) {
-  EventLoopOptions poll_mode{ProgressMode::poll};
-  EventLoopOptions hybrid{ProgressMode::hybrid};
-  hybrid.hybrid_spin = std::chrono::hours(1);  // spins for the whole test after the attach's kick
-  for (const EventLoopOptions& options : {poll_mode, hybrid}) {
-    SCOPED_TRACE(to_string(options.mode));
-    EventLoop loop(options);
+  {
+    EventLoop loop(EventLoopOptions{ProgressMode::poll});
     const int fd = loop.wakeup_fd();
     EventfdPoller p;
     PollerHandle handle = loop.call([&] { return loop.attach(p); });

@@ -140,23 +140,6 @@ TEST(Poller, PollModeProgressesContinuouslyAndNeverArms) {
   EXPECT_EQ(p.arm_calls.load(), 0);
 }
 
-TEST(Poller, HybridSpinsAfterActivityThenArms) {
-  EventLoopOptions o = with_mode(ProgressMode::hybrid);
-  o.hybrid_spin = 20ms;
-  EventLoop loop(o);
-  loop.start();
-  EventfdPoller p;
-  Attached a(loop, p);
-  // Spins for ~20 ms after attaching (counts as activity), then arms and goes quiet.
-  ASSERT_TRUE(eventually([&] { return p.arm_calls.load() >= 1; }));
-  EXPECT_GT(p.progress_calls.load(), 10);
-  const long after_arm = p.progress_calls.load();
-  std::this_thread::sleep_for(60ms);
-  EXPECT_EQ(p.progress_calls.load(), after_arm);
-  p.add_work(2, /*signal=*/true);
-  ASSERT_TRUE(eventually([&] { return p.completed.load() == 2; }));
-}
-
 // True once `counter` stays the same for 50 ms: the loop has stopped spinning on the poller.
 bool goes_quiet(const std::atomic<long>& counter) {
   return eventually([&] {

@@ -67,7 +67,7 @@ class TcpTransport final : public Transport, private OpPoster {
   std::uint64_t refused_connections() const noexcept { return refused_; }
 
   // runtime::Poller: the sockets complete through the loop's reactor, so progress() only reports
-  // that frames moved since the last cycle. That activity makes the adaptive and hybrid modes spin
+  // that frames moved since the last cycle. That activity makes the adaptive mode spin
   // (running the reactor between cycles) instead of sleeping through the next round trip. The fd
   // is an eventfd nothing signals: every wakeup comes through the reactor.
   bool progress() override;

@@ -20,8 +20,6 @@ class Poller;
 
 struct EventLoopOptions {
   ProgressMode mode = ProgressMode::adaptive;
-  // hybrid mode: how long to keep spinning after the last activity before arming
-  std::chrono::microseconds hybrid_spin{50};
   // adaptive mode: the longest spin after activity (the spin follows the recent gaps between arrivals)
   std::chrono::microseconds adaptive_spin_max{100};
   // while work is in flight, progress at least this often even without a wakeup (UCX can miss one)
@@ -77,7 +75,7 @@ class EventLoop {
   bool run_until(const std::function<bool()>& done, clock::time_point deadline);
   // Runs the handlers that are ready (at most a batch) and progresses every attached poller once;
   // never blocks. Returns the number of handlers run: 0 also when another thread drives the loop.
-  // A poller that would spin (adaptive, hybrid, poll mode) cycles again in the next poll(), not in
+  // A poller that would spin (adaptive, poll mode) cycles again in the next poll(), not in
   // this one: the wakeup fd stays readable, so an outside selector runs its own callbacks between
   // two cycles instead of behind a batch of them. With `stop`, returns as soon as stop() holds
   // after a handler; the wakeup fd then stays readable for the rest.

@@ -8,7 +8,6 @@ namespace hmc::runtime {
 enum class ProgressMode {
   event,     // progress until idle, arm, sleep on the fd: ~0% CPU when idle, a wakeup per arrival
   poll,      // progress on every loop turn: lowest latency, one core busy
-  hybrid,    // spin a fixed time (hybrid_spin) after activity, then arm like `event`
   adaptive,  // spin after activity as long as arrivals have recently come that fast, then arm (default)
 };
 
