@@ -1,6 +1,7 @@
 #pragma once
-// The World's engine: connections (a connector thread around the Session's blocking connect),
-// the collective queue and the collectives themselves, on the Session's loop.
+// The World's engine: connections (a connector thread around the Session's blocking connect;
+// world_impl.cpp), the collective queue (collective_queue.cpp) and the collectives themselves
+// (collectives.cpp), on the Session's loop.
 //
 // Buffer layout and the rule that keeps it safe: the session buffer is two halves; collective round
 // s uses half s % 2. A rank publishes what others read in its own half (they get() it after its
@@ -123,5 +124,7 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
 
 // The store keys of a world (under the store's job id).
 std::string rank_key(std::uint32_t rank, const char* what);
+// "rank r", as messages name a rank.
+std::string rank_name(std::uint32_t r);
 
 }  // namespace hmc::detail
