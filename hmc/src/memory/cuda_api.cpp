@@ -1,34 +1,34 @@
 #include "memory/cuda_api.hpp"
 
-#include "memory/runtime_library.hpp"
+#include <type_traits>
 
 namespace hmc::detail {
 
-const CudaApi& cuda_api() {
-  static const CudaApi api = [] {
-    constexpr const char* what = "the CUDA runtime (" HMC_CUDART_SONAME ")";
-    void* lib = open_runtime_library(what, HMC_CUDART_SONAME, HMC_CUDART_PATH);
-    CudaApi a{};
-#define HMC_LOAD(fn) load_symbol(a.fn, lib, what, #fn)
-    HMC_LOAD(cudaGetErrorString);
-    HMC_LOAD(cudaGetErrorName);
-    HMC_LOAD(cudaGetLastError);
-    HMC_LOAD(cudaGetDeviceCount);
-    HMC_LOAD(cudaGetDevice);
-    HMC_LOAD(cudaSetDevice);
-    HMC_LOAD(cudaMalloc);
-    HMC_LOAD(cudaFree);
-    HMC_LOAD(cudaHostAlloc);
-    HMC_LOAD(cudaFreeHost);
-    HMC_LOAD(cudaMemcpy);
-    HMC_LOAD(cudaMemcpyAsync);
-    HMC_LOAD(cudaStreamCreateWithFlags);
-    HMC_LOAD(cudaStreamDestroy);
-    HMC_LOAD(cudaStreamSynchronize);
-    HMC_LOAD(cudaStreamAddCallback);
-#undef HMC_LOAD
-    return a;
-  }();
+// GpuApi's signatures are written over the traits' types: each must be the runtime's own.
+#define HMC_SAME_AS(member, fn) \
+  static_assert(std::is_same_v<decltype(GpuApi<CudaRuntime>::member), decltype(&::fn)>, #fn)
+HMC_SAME_AS(get_error_string, cudaGetErrorString);
+HMC_SAME_AS(get_error_name, cudaGetErrorName);
+HMC_SAME_AS(get_last_error, cudaGetLastError);
+HMC_SAME_AS(get_device_count, cudaGetDeviceCount);
+HMC_SAME_AS(get_device, cudaGetDevice);
+HMC_SAME_AS(set_device, cudaSetDevice);
+HMC_SAME_AS(malloc, cudaMalloc);
+HMC_SAME_AS(free, cudaFree);
+HMC_SAME_AS(host_alloc, cudaHostAlloc);
+HMC_SAME_AS(free_host, cudaFreeHost);
+HMC_SAME_AS(memcpy, cudaMemcpy);
+HMC_SAME_AS(memcpy_async, cudaMemcpyAsync);
+HMC_SAME_AS(stream_create_with_flags, cudaStreamCreateWithFlags);
+HMC_SAME_AS(stream_destroy, cudaStreamDestroy);
+HMC_SAME_AS(stream_synchronize, cudaStreamSynchronize);
+HMC_SAME_AS(stream_add_callback, cudaStreamAddCallback);
+#undef HMC_SAME_AS
+
+template <>
+const GpuApi<CudaRuntime>& gpu_api<CudaRuntime>() {
+  static const GpuApi<CudaRuntime> api = load_gpu_api<CudaRuntime>(
+      "the CUDA runtime (" HMC_CUDART_SONAME ")", HMC_CUDART_SONAME, HMC_CUDART_PATH);
   return api;
 }
 

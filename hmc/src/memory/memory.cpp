@@ -4,12 +4,7 @@
 
 #include "hmc/error.hpp"
 #include "memory/cpu_memory.hpp"
-#ifdef HMC_HAVE_CUDA
-#include "memory/cuda_memory.hpp"
-#endif
-#ifdef HMC_HAVE_HIP
-#include "memory/hip_memory.hpp"
-#endif
+#include "memory/gpu_memory.hpp"
 
 namespace hmc {
 

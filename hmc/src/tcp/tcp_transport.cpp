@@ -197,9 +197,7 @@ bool TcpTransport::progress() {
 
 TcpTransport::~TcpTransport() {
   poller_.detach();
-  std::vector<std::uint32_t> ranks;
-  for (const auto& [rank, p] : peers_) ranks.push_back(rank);
-  for (auto rank : ranks) remove_peer(rank, make_error_code(Status::CLOSED));
+  for (auto rank : peers_.ranks()) remove_peer(rank, make_error_code(Status::CLOSED));
   std::vector<std::shared_ptr<Conn>> waiting;
   handshakes_.for_each([&](const std::shared_ptr<Conn>& c) { waiting.push_back(c); });
   for (auto& c : waiting) close_conn(*c, make_error_code(Status::CLOSED), false);
@@ -253,8 +251,8 @@ std::vector<std::byte> TcpTransport::local_info(std::uint32_t to, const LocalAdd
 }
 
 std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte> bytes) {
-  auto existing = peers_.find(rank);
-  if (existing != peers_.end() && existing->second->added) return "rank " + std::to_string(rank) + " is connected already";
+  if (const Peer* existing = peers_.find(rank); existing != nullptr && existing->added)
+    return "rank " + std::to_string(rank) + " is connected already";
   TcpPeerInfo info;
   if (std::string why = TcpPeerInfo::decode(bytes, info); !why.empty()) return why;
   if (info.rank != rank) return "peer info names rank " + std::to_string(info.rank);
@@ -267,8 +265,7 @@ std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   const bool we_listen = listen_port_ != 0;
   const bool we_dial = info.listen_port != 0 && (self_rank_ > rank || !we_listen);
   if (!we_dial && !we_listen) return "neither this session nor rank " + std::to_string(rank) + " has a tcp data listener";
-  if (existing == peers_.end()) existing = peers_.emplace(rank, std::make_unique<Peer>()).first;
-  Peer& p = *existing->second;
+  Peer& p = peers_.find_or_add(rank);
   p.record = PeerRecord{rank, info.address_ip, info.data_port, info.buffer_size};
   p.added = true;
   engine_.peer_added(rank);
@@ -381,9 +378,9 @@ asio::awaitable<void> TcpTransport::listener_handshake(std::shared_ptr<Conn> c) 
   if (secret == secret_for_.end()) co_return refuse("it names rank " + std::to_string(rank) + ", which has no secret from us");
   if (!macs_equal(mac, proof(secret->second, "dialer", role, rank, nonce, dialer_nonce)))
     co_return refuse("wrong proof for rank " + std::to_string(rank));
-  auto p = peers_.find(rank);
+  const Peer* p = peers_.find(rank);
   const bool requester = role == kListenerRequests;
-  if (p != peers_.end() && (requester ? p->second->out : p->second->in))
+  if (p != nullptr && (requester ? p->out : p->in))
     co_return refuse("rank " + std::to_string(rank) + " has that connection already");
   const std::array<std::byte, 32> proven = secret->second;
   const Mac ours = proof(proven, "listener", role, rank, nonce, dialer_nonce);
@@ -396,7 +393,7 @@ asio::awaitable<void> TcpTransport::listener_handshake(std::shared_ptr<Conn> c) 
     co_return refuse("rank " + std::to_string(rank) + " was removed during the handshake");
   // Another connection of the same role may have won while we wrote.
   p = peers_.find(rank);
-  if (p != peers_.end() && (requester ? p->second->out : p->second->in))
+  if (p != nullptr && (requester ? p->out : p->in))
     co_return refuse("rank " + std::to_string(rank) + " has that connection already");
   handshakes_.remove(c);
   c->authenticated = true;
@@ -466,9 +463,7 @@ void TcpTransport::set_socket_options(Conn& c) const {
 }
 
 void TcpTransport::attached(std::uint32_t rank, const std::shared_ptr<Conn>& c) {
-  auto it = peers_.find(rank);
-  if (it == peers_.end()) it = peers_.emplace(rank, std::make_unique<Peer>()).first;
-  Peer& p = *it->second;
+  Peer& p = peers_.find_or_add(rank);
   (c->requester ? p.out : p.in) = c;
   set_socket_options(*c);
   asio::co_spawn(loop_.executor(), read_loop(c), asio::detached);
@@ -483,8 +478,7 @@ void TcpTransport::maybe_ready(Peer& p) {
   log().info("tcp peer rank {} connected", p.record.rank);
   asio::post(loop_.executor(), [this, life = std::weak_ptr<int>(life_), rank = p.record.rank, at = &p] {
     if (!life.lock()) return;
-    auto it = peers_.find(rank);
-    if (it == peers_.end() || it->second.get() != at) return;
+    if (peers_.find(rank) != at) return;
     if (on_peer_ready) on_peer_ready(rank);
   });
 }
@@ -685,9 +679,9 @@ void TcpTransport::enqueue(Conn& c, std::uint8_t kind, Token token, std::uint64_
 }
 
 TcpTransport::Conn* TcpTransport::out_conn(std::uint32_t rank) const {
-  auto it = peers_.find(rank);
-  if (it == peers_.end() || !it->second->ready || !it->second->out || it->second->out->closed) return nullptr;
-  return it->second->out.get();
+  const Peer* p = peers_.find(rank);
+  if (p == nullptr || !p->ready || !p->out || p->out->closed) return nullptr;
+  return p->out.get();
 }
 
 PostResult TcpTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s,
@@ -743,10 +737,8 @@ void TcpTransport::close_conn(Conn& c, error_code reason, bool report) {
 }
 
 void TcpTransport::fail_peer(std::uint32_t rank, error_code reason, const std::string& why) {
-  auto it = peers_.find(rank);
-  if (it == peers_.end()) return;
-  std::unique_ptr<Peer> p = std::move(it->second);
-  peers_.erase(it);
+  std::unique_ptr<Peer> p = peers_.take(rank);
+  if (p == nullptr) return;
   if (p->added) engine_.peer_removed(rank, reason);
   log().info("tcp peer rank {} lost: {}", rank, why);  // the Session reports the loss itself
   if (p->out) close_conn(*p->out, reason, true);
@@ -760,10 +752,8 @@ void TcpTransport::fail_peer(std::uint32_t rank, error_code reason, const std::s
 void TcpTransport::remove_peer(std::uint32_t rank, error_code reason) {
   secret_for_.erase(rank);
   host_of_.erase(rank);
-  auto it = peers_.find(rank);
-  if (it == peers_.end()) return;
-  std::unique_ptr<Peer> p = std::move(it->second);
-  peers_.erase(it);
+  std::unique_ptr<Peer> p = peers_.take(rank);
+  if (p == nullptr) return;
   if (p->added) engine_.peer_removed(rank, reason);
   log().info("tcp peer rank {} removed: {}", rank, reason.message());
   if (p->out) close_conn(*p->out, reason, true);
@@ -771,8 +761,8 @@ void TcpTransport::remove_peer(std::uint32_t rank, error_code reason) {
 }
 
 const PeerRecord* TcpTransport::peer(std::uint32_t rank) const {
-  auto it = peers_.find(rank);
-  return it == peers_.end() || !it->second->added ? nullptr : &it->second->record;
+  const Peer* p = peers_.find(rank);
+  return p == nullptr || !p->added ? nullptr : &p->record;
 }
 
 std::vector<std::uint32_t> TcpTransport::ranks() const {

@@ -24,6 +24,7 @@
 #include "hmc/runtime/event_loop.hpp"
 #include "security/auth.hpp"
 #include "transport/op_engine.hpp"
+#include "transport/peer_table.hpp"
 #include "transport/region_table.hpp"
 #include "transport/transport.hpp"
 
@@ -129,7 +130,7 @@ class TcpTransport final : public Transport, private OpPoster {
   HandshakeTable<Conn> handshakes_;
   std::shared_ptr<ThrottledLog> refusals_;
   std::uint64_t refused_ = 0;
-  std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
+  PeerTable<Peer> peers_;
   std::map<std::uint32_t, std::array<std::byte, 32>> secret_for_;  // rank -> the secret we gave it
   std::set<std::uint64_t> device_regions_;  // registered device memory: refused as a local side
   std::map<std::uint32_t, std::string> host_of_;  // rank -> where its control connection comes from

@@ -74,6 +74,13 @@ class Transport : public runtime::Poller {
 
   // Operation records not yet released (tests, shutdown).
   virtual std::size_t live_operations() const = 0;
+
+ protected:
+  // A peer the transport itself found failed: removed, then reported through on_peer_failed.
+  void drop_failed_peer(std::uint32_t rank, error_code reason) {
+    remove_peer(rank, reason);
+    if (on_peer_failed) on_peer_failed(rank, reason);
+  }
 };
 
 }  // namespace hmc::detail

@@ -127,9 +127,7 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext>
 
 UcxTransport::~UcxTransport() {
   poller_.detach();
-  std::vector<std::uint32_t> ranks;
-  for (const auto& [rank, p] : peers_) ranks.push_back(rank);
-  for (auto rank : ranks) remove_peer(rank, make_error_code(Status::CLOSED));
+  for (auto rank : peers_.ranks()) remove_peer(rank, make_error_code(Status::CLOSED));
   linger_timer_.cancel();
   while (!lingering_.empty()) close_lingering(lingering_.begin());
   // UCX cannot abandon requests: progress until every endpoint close has come back, then briefly
@@ -197,7 +195,7 @@ std::string UcxTransport::add_peer(std::uint32_t rank, std::span<const std::byte
 }
 
 std::string UcxTransport::add_peer(std::uint32_t rank, const UcxPeerInfo& info) {
-  if (peers_.count(rank) != 0) return "rank " + std::to_string(rank) + " is connected already";
+  if (peers_.contains(rank)) return "rank " + std::to_string(rank) + " is connected already";
   if (info.rank != rank) return "peer info names rank " + std::to_string(info.rank);
   auto p = std::make_unique<Peer>();
   p->owner = this;
@@ -245,7 +243,7 @@ std::string UcxTransport::add_peer(std::uint32_t rank, const UcxPeerInfo& info) 
   poller_.kick();
   log().info("ucx peer rank {} connecting ({} bytes at {:#x}) over {}{}", rank, info.buffer_size, info.buffer_base,
              carriers_of(*p), shared ? "" : " (no shared memory with it)");
-  peers_[rank] = std::move(p);
+  peers_.add(rank, std::move(p));
   engine_.peer_added(rank);
   return {};
 }
@@ -257,21 +255,9 @@ bool UcxTransport::reaches(const UcxPeerInfo& info, bool shared_memory) const {
   return address_has_transports(net_worker_address_) && address_has_transports(theirs);
 }
 
-UcxTransport::Peer* UcxTransport::find(std::uint32_t rank) const {
-  auto it = peers_.find(rank);
-  return it == peers_.end() ? nullptr : it->second.get();
-}
+const PeerRecord* UcxTransport::peer(std::uint32_t rank) const { return peers_.record(rank); }
 
-const PeerRecord* UcxTransport::peer(std::uint32_t rank) const {
-  const Peer* p = find(rank);
-  return p == nullptr ? nullptr : &p->record;
-}
-
-std::vector<std::uint32_t> UcxTransport::ranks() const {
-  std::vector<std::uint32_t> out;
-  for (const auto& [rank, p] : peers_) out.push_back(rank);
-  return out;
-}
+std::vector<std::uint32_t> UcxTransport::ranks() const { return peers_.ranks(); }
 
 std::string UcxTransport::carriers(std::uint32_t rank) const {
   const Peer* p = find(rank);
@@ -308,10 +294,8 @@ void UcxTransport::remove_peer(std::uint32_t rank, error_code reason) {
     rank_of_token_.erase(it->second);
     fast_token_of_.erase(it);
   }
-  auto it = peers_.find(rank);
-  if (it == peers_.end()) return;
-  std::unique_ptr<Peer> p = std::move(it->second);
-  peers_.erase(it);
+  std::unique_ptr<Peer> p = peers_.take(rank);
+  if (p == nullptr) return;
   // Before the endpoint closes: every operation of the peer is aborted and posts nothing more.
   engine_.peer_removed(rank, reason);
   p->removed = true;
@@ -579,8 +563,7 @@ void UcxTransport::process_completions() {
     for (auto& [rank, why] : offenders) {
       if (fast_token_of_.count(rank) == 0) continue;  // dropped already
       log().error("ucx: rank {} sent {}; disconnecting it", rank, why);
-      remove_peer(rank, make_error_code(Status::PROTOCOL_ERROR));
-      if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PROTOCOL_ERROR));
+      drop_failed_peer(rank, make_error_code(Status::PROTOCOL_ERROR));
     }
     auto failed = std::move(failed_peers_);
     failed_peers_.clear();
@@ -595,8 +578,7 @@ void UcxTransport::process_completions() {
       }
       if (find(rank) != peer) continue;  // already removed
       log().warn("ucx endpoint to rank {} failed: {}", rank, ucs_status_string(status));
-      remove_peer(rank, make_error_code(Status::PEER_LOST));
-      if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PEER_LOST));
+      drop_failed_peer(rank, make_error_code(Status::PEER_LOST));
     }
     auto wired = std::move(wired_);
     wired_.clear();

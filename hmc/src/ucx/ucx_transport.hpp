@@ -18,6 +18,7 @@
 #include "hmc/runtime/event_loop.hpp"
 #include "transport/fast_message.hpp"
 #include "transport/op_engine.hpp"
+#include "transport/peer_table.hpp"
 #include "transport/region_table.hpp"
 #include "transport/transport.hpp"
 #include "ucx/ucx_context.hpp"
@@ -117,7 +118,7 @@ class UcxTransport final : public Transport, private OpPoster {
   void close_lingering(std::list<std::unique_ptr<Peer>>::iterator it);
   void arm_linger_timer();
   std::string carriers_of(const Peer& p) const;
-  Peer* find(std::uint32_t rank) const;
+  Peer* find(std::uint32_t rank) const { return peers_.find(rank); }
 
   runtime::EventLoop& loop_;
   ConnBuffer& buffer_;
@@ -134,7 +135,7 @@ class UcxTransport final : public Transport, private OpPoster {
   int efd_ = -1;
   runtime::PollerHandle poller_;
 
-  std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
+  PeerTable<Peer> peers_;
   // Removed peers UCX has not seen fail yet: their endpoints close once it does (or at linger_until).
   std::list<std::unique_ptr<Peer>> lingering_;
   runtime::asio::steady_timer linger_timer_;

@@ -289,7 +289,7 @@ std::vector<std::byte> VerbsTransport::local_info(std::uint32_t to, const LocalA
 }
 
 std::string VerbsTransport::add_peer(std::uint32_t rank, std::span<const std::byte> bytes) {
-  if (peers_.count(rank) != 0) return "rank " + std::to_string(rank) + " is connected already";
+  if (peers_.contains(rank)) return "rank " + std::to_string(rank) + " is connected already";
   VerbsPeerInfo info;
   if (std::string why = VerbsPeerInfo::decode(bytes, info); !why.empty()) return why;
   if (info.rank != rank) return "peer info names rank " + std::to_string(info.rank);
@@ -348,8 +348,7 @@ std::string VerbsTransport::add_peer(std::uint32_t rank, std::span<const std::by
   p->remote_base = info.buffer_base;
   p->rkey = info.rkey;
   p->connected = true;
-  Peer& peer = *p;
-  peers_[rank] = std::move(p);
+  Peer& peer = peers_.add(rank, std::move(p));
   engine_->peer_added(rank);
   // Ready once a SEND got through: the peer's QP is then RTR with receives posted.
   ++hellos_;
@@ -364,21 +363,9 @@ std::string VerbsTransport::add_peer(std::uint32_t rank, std::span<const std::by
   return {};
 }
 
-VerbsTransport::Peer* VerbsTransport::live(std::uint32_t rank) const {
-  auto it = peers_.find(rank);
-  return it == peers_.end() ? nullptr : it->second.get();
-}
+const PeerRecord* VerbsTransport::peer(std::uint32_t rank) const { return peers_.record(rank); }
 
-const PeerRecord* VerbsTransport::peer(std::uint32_t rank) const {
-  const Peer* p = live(rank);
-  return p == nullptr ? nullptr : &p->record;
-}
-
-std::vector<std::uint32_t> VerbsTransport::ranks() const {
-  std::vector<std::uint32_t> out;
-  for (const auto& [rank, p] : peers_) out.push_back(rank);
-  return out;
-}
+std::vector<std::uint32_t> VerbsTransport::ranks() const { return peers_.ranks(); }
 
 std::string VerbsTransport::carriers(std::uint32_t rank) const {
   const Peer* p = live(rank);
@@ -392,10 +379,8 @@ void VerbsTransport::remove_peer(std::uint32_t rank, error_code reason) {
     destroy_peer(*it->second);
     prepared_.erase(it);
   }
-  auto it = peers_.find(rank);
-  if (it == peers_.end()) return;
-  std::unique_ptr<Peer> p = std::move(it->second);
-  peers_.erase(it);
+  std::unique_ptr<Peer> p = peers_.take(rank);
+  if (p == nullptr) return;
   p->closing = true;
   engine_->peer_removed(rank, reason);
   // What never reached the hardware is reported now; what did comes back flushed.
@@ -805,8 +790,7 @@ bool VerbsTransport::progress() {
     const error_code reason =
         ec == make_error_code(Status::PROTOCOL_ERROR) ? ec : make_error_code(Status::PEER_LOST);
     log().warn("verbs: connection to rank {} failed ({}); dropping it", rank, ec.message());
-    remove_peer(rank, reason);
-    if (on_peer_failed) on_peer_failed(rank, reason);
+    drop_failed_peer(rank, reason);
   }
   reap_closing();
   return events || n != 0;

@@ -18,6 +18,7 @@
 #include "hmc/conn_buffer.hpp"
 #include "hmc/runtime/event_loop.hpp"
 #include "transport/op_engine.hpp"
+#include "transport/peer_table.hpp"
 #include "transport/region_table.hpp"
 #include "transport/transport.hpp"
 #include "verbs/verbs_api.hpp"
@@ -133,7 +134,7 @@ class VerbsTransport final : public Transport, private OpPoster {
 
   std::unique_ptr<Peer> make_peer(std::uint32_t rank);
   void destroy_peer(Peer& p);
-  Peer* live(std::uint32_t rank) const;
+  Peer* live(std::uint32_t rank) const { return peers_.find(rank); }
   void enqueue(Peer& p, Qp& q, Wr wr);
   bool try_post(Peer& p, Qp& q, Wr& wr);
   void drain_backlogs();
@@ -175,7 +176,7 @@ class VerbsTransport final : public Transport, private OpPoster {
   runtime::PollerHandle poller_;
 
   std::map<std::uint32_t, std::unique_ptr<Peer>> prepared_;  // local_info sent, add_peer not yet
-  std::map<std::uint32_t, std::unique_ptr<Peer>> peers_;
+  PeerTable<Peer> peers_;
   std::list<std::unique_ptr<Peer>> closing_;  // QPs in the error state, waiting for their flushed completions
   std::unordered_map<std::uint32_t, std::pair<Peer*, std::size_t>> qp_owner_;  // qp_num -> (peer, channel)
   // One engine post carried by several work requests on different QPs (a flush on every dirty QP,
