@@ -5,6 +5,7 @@ so both styles share one code path. The reference's extra names are thin aliases
 """
 import collections
 import inspect
+import math
 import threading
 import time
 
@@ -568,6 +569,8 @@ def _security(auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_
         raise InvalidArgumentError(f"authenticate must be True or False, not {authenticate!r}")
     if heartbeat_interval is not None:
         heartbeat_interval = _args.timeout(heartbeat_interval, "heartbeat_interval")
+        if math.isinf(heartbeat_interval):
+            raise InvalidArgumentError("heartbeat_interval must be finite and >= 0 seconds (0: no heartbeats), not inf")
     if heartbeat_misses is not None:
         heartbeat_misses = _args.integer(heartbeat_misses, "heartbeat_misses", 1, (1 << 32) - 1)
     texts = {name: _args.text(value, name) if value is not None else None

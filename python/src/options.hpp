@@ -17,6 +17,7 @@ using Seconds = std::optional<double>;
 constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
 
 // RC QPs per RDMA peer (SessionOptions::num_chs): the verbs bootstrap message carries at most 64.
+// Exported as _hmc.MAX_NUM_CHS, the bound hmc.Session checks num_chs against.
 constexpr std::size_t kMaxNumChs = 64;
 
 // User seconds -> milliseconds: NaN and negatives refused (naming the argument), inf = kForever.
