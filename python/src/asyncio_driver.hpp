@@ -25,19 +25,36 @@ namespace py = pybind11;
 class AsyncioDriver {
  public:
   // Called on the event loop's thread, which becomes the selector thread.
-  void set_hook(py::object soon);
+  void set_hook(py::object soon) {
+    soon_ = std::move(soon);
+    selector_thread_ = std::this_thread::get_id();
+  }
 
   bool on_selector_thread() const { return !soon_.is_none() && std::this_thread::get_id() == selector_thread_; }
 
   // One progress() pass on this thread; a next pass due at once is asked of soon() by ask_soon().
-  void poll_here(Session& s, const std::function<bool()>& stop);
+  void poll_here(Session& s, const std::function<bool()>& stop) {
+    if (!on_selector_thread()) {
+      s.progress(stop);
+      return;
+    }
+    bool again = false;
+    s.progress(stop, again);
+    soon_wanted_ = soon_wanted_ || again;
+  }
 
   // The pass soon() scheduled is running: only that one ends the wait for it (any other pass
   // clearing it would schedule one more, and each extra pass re-schedules itself while a poller spins).
   void hook_pass_began() { soon_due_ = false; }
 
   // After the gate is left (no Python code runs inside it): soon(), once until its pass runs.
-  void ask_soon();
+  void ask_soon() {
+    if (!soon_wanted_) return;
+    soon_wanted_ = false;
+    if (soon_due_ || soon_.is_none()) return;
+    soon_due_ = true;
+    soon_();
+  }
 
   // On the selector thread, start(session, completion) runs as a handler of this thread's own
   // progress() pass right after: posted without the wakeup-fd signal, and inside the loop the

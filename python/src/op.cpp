@@ -1,24 +1,9 @@
 #include "op.hpp"
 
-#include <utility>
-
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 
 namespace hmc::python {
-
-Op::Op(std::shared_ptr<OpCompletion> completion, std::shared_ptr<Graveyard> graveyard, py::object keep,
-       std::shared_ptr<void> pin, std::shared_ptr<SessionLifetime> lifetime)
-    : completion_(std::move(completion)),
-      graveyard_(std::move(graveyard)),
-      keep_(std::move(keep)),
-      pin_(std::move(pin)),
-      lifetime_(std::move(lifetime)) {}
-
-Op::~Op() {
-  if (completion_ && !completion_->done() && (!keep_.is_none() || pin_))
-    graveyard_->bury(completion_, std::move(keep_), std::move(pin_));
-}
 
 bool Op::wait(Seconds timeout) {
   const std::chrono::milliseconds limit = timeout ? to_ms(*timeout, "timeout") : kForever;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 
 #include "completion_queue.hpp"
 #include "graveyard.hpp"
@@ -20,12 +21,20 @@ namespace py = pybind11;
 class Op {
  public:
   Op(std::shared_ptr<OpCompletion> completion, std::shared_ptr<Graveyard> graveyard, py::object keep,
-     std::shared_ptr<void> pin, std::shared_ptr<SessionLifetime> lifetime);
+     std::shared_ptr<void> pin, std::shared_ptr<SessionLifetime> lifetime)
+      : completion_(std::move(completion)),
+        graveyard_(std::move(graveyard)),
+        keep_(std::move(keep)),
+        pin_(std::move(pin)),
+        lifetime_(std::move(lifetime)) {}
   Op(Op&&) = default;
   Op& operator=(Op&&) = delete;
   Op(const Op&) = delete;
   Op& operator=(const Op&) = delete;
-  ~Op();
+  ~Op() {
+    if (completion_ && !completion_->done() && (!keep_.is_none() || pin_))
+      graveyard_->bury(completion_, std::move(keep_), std::move(pin_));
+  }
 
   std::uint64_t id() const { return completion_->id(); }
   bool done() const { return completion_->done(); }
