@@ -4,9 +4,9 @@ methods as asyncio awaitables. Which names are the reference's and which are our
 from ._enums import ConnType, CtrlTransport, MemoryType, Status
 from ._errors import (AuthenticationError, CancelledError, ClosedError, HMCError, InvalidArgumentError,
                       InvalidConfigError, NotConnectedError, NotFoundError, OutOfRangeError, PeerLostError, ProtocolError,
-                      TimeoutError, UnsupportedError)
+                      TimeoutError, UnsupportedError, get_and_clear_last_err_msg, get_last_err_msg)
 from ._reference import DeviceHint, HMCStatusError, memory_supported, memory_type_from_torch_tensor, status_t
-from ._runtime import get_and_clear_last_err_msg, get_last_err_msg, get_log_level, set_extern_logger, set_log_level
+from ._logging import get_log_level, set_extern_logger, set_log_level
 from .aio import AsyncSession
 from .future import Future
 from .session import BufferView, IOBuffer, RegisteredBuffer, Session, create_session, memory_type_available

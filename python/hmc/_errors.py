@@ -1,10 +1,23 @@
-"""The exception hierarchy. The C++ core raises these through by_status() (its one translator)."""
+"""The exception hierarchy, and each thread's last error message. The C++ core raises these
+through by_status() (its one translator)."""
 import builtins
 import threading
 
 from ._enums import Status
 
 last_error = threading.local()  # .message: the last HMCError created in this thread (hmc.get_last_err_msg)
+
+
+def get_last_err_msg():
+    """The message of the last HMC error raised in this thread ('' if none)."""
+    return getattr(last_error, "message", "")
+
+
+def get_and_clear_last_err_msg():
+    """The last error message of this thread, which is then forgotten."""
+    message = get_last_err_msg()
+    last_error.message = ""
+    return message
 
 
 class HMCError(Exception):

@@ -250,9 +250,9 @@ class AsyncSession(Session):
 
 
 def _soon_hook(ref, loop):
-    """Core.set_soon's hook: the session's next progress() in the loop's next turn, the one pass
+    """SessionHandle.set_soon's hook: the session's next progress() in the loop's next turn, the one pass
     that ends the wait for it (soon=True): the core asks again only after that pass, so at most one
-    is scheduled. It holds the session weakly: the Core holds the hook, and a cycle through it
+    is scheduled. It holds the session weakly: the SessionHandle holds the hook, and a cycle through it
     would keep both alive."""
     def soon():
         session = ref()

@@ -5,7 +5,7 @@ import logging
 import threading
 
 from . import _args
-from ._dispatch import dispatcher
+from ._callback_thread import callback_thread
 from ._errors import TimeoutError
 
 _log = logging.getLogger("hmc")
@@ -78,7 +78,7 @@ class Future:
         if not pending:
             _call(fn, self)
         elif watch:
-            dispatcher().watch(self)
+            callback_thread().watch(self)
 
     def _run_callbacks(self):
         with self._lock:

@@ -15,9 +15,9 @@ address (int) or an object with the buffer protocol (NumPy array, CPU tensor).
 """
 import logging
 
-from . import _args, _hmc, _payload, _runtime
+from . import _args, _hmc, _logging, _payload
 from ._errors import HMCError, InvalidArgumentError
-from ._runtime import get_and_clear_last_err_msg, get_last_err_msg  # noqa: F401 - memfabric's names
+from ._errors import get_and_clear_last_err_msg, get_last_err_msg  # noqa: F401 - memfabric's names
 from .session import Session
 from .world import World, _Op
 
@@ -102,7 +102,7 @@ def all_gather(local_data):
 @_returns_code
 def set_log_level(level):
     """0 debug, 1 info, 2 warn, 3 error (hmc.set_log_level)."""
-    _runtime.set_log_level(level)
+    _logging.set_log_level(level)
 
 
 class TransferFuture:

@@ -5,13 +5,14 @@ so both styles share one code path. The reference's extra names are thin aliases
 """
 import collections
 import inspect
+import math
 import threading
 import time
 
 from . import _args, _payload
 from ._enums import ConnType, MemoryType
 from ._errors import InvalidArgumentError, NotConnectedError, TimeoutError
-from ._hmc import MAX_NUM_CHS, Core, memory_available
+from ._hmc import MAX_NUM_CHS, SessionHandle, memory_available
 from ._reference import ReferenceBuffer, ReferenceSession, memory_type_from_torch_tensor
 from .future import Future
 
@@ -159,12 +160,12 @@ class Session(ReferenceSession):
                 f"progress_thread must be 'shared', 'caller' or 'own', not {progress_thread!r}")
         self.progress_thread = progress_thread
         self.timeout = _args.session_timeout(timeout)
-        self._core = Core(size, int(mem), device_id, local_ip or "", progress_mode, progress_thread,
-                          _args.text(ucx_tls, "ucx_tls"),
-                          _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
-                          _args.text(ctrl_uds_dir, "ctrl_uds_dir"), **_security(
-                              auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca),
-                          num_chs=self.num_chs, shared_memory=shared_memory)
+        self._core = SessionHandle(size, int(mem), device_id, local_ip or "", progress_mode, progress_thread,
+                                   _args.text(ucx_tls, "ucx_tls"),
+                                   _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
+                                   _args.text(ctrl_uds_dir, "ctrl_uds_dir"), **_security(
+                                       auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca),
+                                   num_chs=self.num_chs, shared_memory=shared_memory)
         self.buf = IOBuffer(self._core)
         self._ctrl_uds_dir = None  # set_ctrl_uds_dir: init_server's default ctrl_uds_dir
         self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)
@@ -568,6 +569,8 @@ def _security(auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_
         raise InvalidArgumentError(f"authenticate must be True or False, not {authenticate!r}")
     if heartbeat_interval is not None:
         heartbeat_interval = _args.timeout(heartbeat_interval, "heartbeat_interval")
+        if math.isinf(heartbeat_interval):
+            raise InvalidArgumentError("heartbeat_interval must be finite and >= 0 seconds (0: no heartbeats), not inf")
     if heartbeat_misses is not None:
         heartbeat_misses = _args.integer(heartbeat_misses, "heartbeat_misses", 1, (1 << 32) - 1)
     texts = {name: _args.text(value, name) if value is not None else None

@@ -443,7 +443,7 @@ class World(_Base):
 class AsyncWorld(_Base):
     """World's collectives as asyncio coroutines. Start it with `await hmc.init_async_world(...)` or
     `async with hmc.AsyncWorld(...) as w`. Completions reach the event loop through one eventfd,
-    drained by AsyncSession's own plumbing (a world's core has a Core's completion_fd and drain)."""
+    drained by AsyncSession's own plumbing (a world's core has a SessionHandle's completion_fd and drain)."""
 
     _notify = True
     progress_thread = "own"  # a world's core has its own loop thread: no in-thread progress

@@ -1,5 +1,5 @@
 #pragma once
-// Counts the calls inside a Core (many with the GIL released) so that close() can refuse new ones,
+// Counts the calls inside a SessionHandle (many with the GIL released) so that close() can refuse new ones,
 // wait for those in flight, and only then destroy the Session they use.
 #include <condition_variable>
 #include <mutex>

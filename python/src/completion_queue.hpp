@@ -74,7 +74,7 @@ class CompletionQueue {
   std::mutex mutex_;
   std::vector<std::uint64_t> ids_;
   bool signalled_ = false;          // the fd holds a count not yet read
-  std::thread::id collector_;       // the thread inside Core::progress(), if any
+  std::thread::id collector_;       // the thread inside SessionHandle::progress(), if any
 };
 
 }  // namespace hmc::python

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 
+#include "bindings.hpp"
 #include "buffer_view.hpp"
 #include "completion_queue.hpp"
 #include "hmc/error.hpp"
@@ -394,7 +395,7 @@ std::string as_string(py::handle v, const char* what) {
 }  // namespace
 }  // namespace hmc::python
 
-// Called from module.cpp's PYBIND11_MODULE (declared there at block scope: one line).
+// Called from module.cpp's PYBIND11_MODULE (declared in bindings.hpp).
 void bind_world(py::module_& m) {
   using namespace hmc;
   using namespace hmc::python;

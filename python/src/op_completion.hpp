@@ -16,10 +16,10 @@
 
 namespace hmc::python {
 
-class OpState {
+class OpCompletion {
  public:
   // Ids are unique in the process: one callback queue serves every session.
-  OpState() : id_(next_id()) {}
+  OpCompletion() : id_(next_id()) {}
 
   std::uint64_t id() const noexcept { return id_; }
 

@@ -1,7 +1,7 @@
-"""Process-wide calls in the style of memfabric: log level, a Python log function for HMC's C++
-log lines, and the last error message of the calling thread."""
-from . import _args, _errors
-from ._dispatch import dispatcher
+"""HMC's logging, process-wide in the style of memfabric: the log level and a Python log function
+for HMC's C++ log lines."""
+from . import _args
+from ._callback_thread import callback_thread
 from ._errors import InvalidArgumentError
 from ._hmc import LogQueue, log_level as _core_log_level, set_log_level as _core_set_log_level, set_log_queue
 
@@ -47,22 +47,10 @@ def set_extern_logger(log_fn):
     if log_fn is None:
         set_log_queue(None)
         if _log_queue is not None:
-            dispatcher().set_logger(None, None)
+            callback_thread().set_logger(None, None)
         return 0
     if _log_queue is None:
         _log_queue = LogQueue()
-    dispatcher().set_logger(_log_queue, log_fn)
+    callback_thread().set_logger(_log_queue, log_fn)
     set_log_queue(_log_queue)
     return 0
-
-
-def get_last_err_msg():
-    """The message of the last HMC error raised in this thread ('' if none)."""
-    return getattr(_errors.last_error, "message", "")
-
-
-def get_and_clear_last_err_msg():
-    """The last error message of this thread, which is then forgotten."""
-    message = get_last_err_msg()
-    _errors.last_error.message = ""
-    return message

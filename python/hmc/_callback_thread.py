@@ -17,7 +17,7 @@ from ._hmc import CompletionQueue
 _log = logging.getLogger("hmc")
 
 
-class _Dispatcher:
+class _CallbackThread:
     def __init__(self):
         self.queue = CompletionQueue()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -79,7 +79,7 @@ class _Dispatcher:
 
 
 def _deliver_logs(log_queue, fn):
-    from ._runtime import RUNTIME_WARN, to_reference_level
+    from ._logging import RUNTIME_WARN, to_reference_level
 
     lines, dropped = log_queue.drain()
     if dropped:
@@ -95,12 +95,12 @@ _instance = None
 _instance_lock = threading.Lock()
 
 
-def dispatcher():
-    """The process's dispatcher, started on first use (and again in a forked child)."""
+def callback_thread():
+    """The process's callback thread, started on first use (and again in a forked child)."""
     global _instance
     with _instance_lock:
         if _instance is None:
-            _instance = _Dispatcher()
+            _instance = _CallbackThread()
         return _instance
 
 
