@@ -150,9 +150,9 @@ class Session(ReferenceSession):
         mem = _args.mem_type(mem_type)
         self.num_chs = _args.integer(num_chs, "num_chs", 1, MAX_NUM_CHS)  # RDMA: QPs per peer; UCX: one endpoint
         local_ip = None if local_ip in (None, "") else _args.ip(local_ip, "local_ip")
-        if progress_mode not in ("adaptive", "event", "poll", "hybrid"):
+        if progress_mode not in ("adaptive", "event", "poll"):
             raise InvalidArgumentError(
-                f"progress_mode must be 'adaptive', 'event', 'poll' or 'hybrid', not {progress_mode!r}")
+                f"progress_mode must be 'adaptive', 'event' or 'poll', not {progress_mode!r}")
         if progress_thread is None:
             progress_thread = self._default_progress_thread
         if progress_thread not in ("shared", "caller", "own"):

@@ -44,7 +44,7 @@ class Op {
   // None, an int (tag), or bytes; raises the operation's error.
   py::object result() const;
   void notify(const std::shared_ptr<CompletionQueue>& queue) { completion_->notify(queue); }
-  // Withdraws a waiting ctrl_recv (no-op for other operations, which UCX cannot cancel).
+  // Withdraws a waiting ctrl_recv (no-op for other operations, which the transport cannot cancel).
   void cancel() {
     if (cancel_) cancel_();
   }

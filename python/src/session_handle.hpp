@@ -54,7 +54,7 @@ class SessionHandle {
   // ProgressThread::caller: readable while progress() has work.
   int wakeup_fd() { return use()->wakeup_fd(); }
 
-  // Runs the ready handlers and progresses UCX once (never blocks, so the GIL stays held), then
+  // Runs the ready handlers and progresses the transport once (never blocks, so the GIL stays held), then
   // returns the ids of notify=True operations completed meanwhile, like drain(): the completions
   // found on this thread are collected here, without the completion fd. `soon`: this is the pass
   // set_soon's hook scheduled (AsyncioDriver::hook_pass_began).

@@ -141,7 +141,7 @@ WorldOptions world_options(const py::dict& d) {
   o.session.ucx_net_devices = opt<std::string>(d, "ucx_net_devices", "");
   o.session.max_inflight = opt<std::size_t>(d, "max_inflight", o.session.max_inflight);
   const auto mode = runtime::parse_progress_mode(opt<std::string>(d, "progress_mode", "event"));
-  if (!mode) throw InvalidArgumentError("progress_mode must be 'event', 'poll' or 'hybrid'");
+  if (!mode) throw InvalidArgumentError("progress_mode must be 'adaptive', 'event' or 'poll'");
   o.session.progress_mode = *mode;
   const auto timeout = to_ms(opt<double>(d, "timeout", 30.0));
   o.session.timeout = timeout;

@@ -53,7 +53,7 @@ std::unique_ptr<Memory> Memory::create(MemoryType type, int device_id) {
 #endif
     case MemoryType::CAMBRICON_MLU:
     case MemoryType::HUAWEI_ASCEND_NPU:
-    case MemoryType::MOORE_GPU: throw_unsupported(type, " (HMC has no backend for it yet)");
+    case MemoryType::MOORE_GPU: throw_unsupported(type, " (HMC has no backend for it)");
   }
   throw_unknown(type);
 }

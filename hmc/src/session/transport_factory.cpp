@@ -53,7 +53,7 @@ std::unique_ptr<Transport> SessionImpl::make_transport(ConnType type) {
   });
 }
 
-// Verbs moves host memory only (no GPUDirect yet): device memory is staged over it too.
+// Verbs moves host memory only (no GPUDirect): device memory is staged over it too.
 StagingOptions SessionImpl::staging_options(ConnType type) const {
   std::vector<MemoryType> native = type == ConnType::RDMA ? std::vector<MemoryType>{MemoryType::CPU}
                                                           : ucx_context->memory_types();
@@ -94,9 +94,9 @@ void SessionImpl::install(std::unique_ptr<Transport> t, ConnType type) {
 void SessionImpl::use_conn(ConnType type, const std::string& what) {
   if (type == conn || type == ConnType::UCX) return;
   if (ctrl)
-    throw InvalidArgumentError(what + ": ConnType::RDMA on a session that already carries its data over UCX; "
+    throw InvalidArgumentError(what + ": ConnType::RDMA on a session that already carries its data over UCX or HMC's TCP path; "
                                       "create a session with conn_type RDMA (one transport per session)");
-  install(make_transport(type), type);  // the new one is built first: a failure leaves UCX in place
+  install(make_transport(type), type);  // the new one is built first: a failure leaves the session's transport in place
 }
 
 }  // namespace hmc::detail

@@ -78,7 +78,7 @@ asio::awaitable<void> WorldImpl::watch_aborts() {
     unsigned status = 0;
     unsigned long culprit = 0;
     char what[512] = {0};
-    // Status 0 is success: no error to fail the world with (it used to become a null one).
+    // Status 0 is success: no error to fail the world with.
     if (std::sscanf(text.c_str(), "%u %lu %511[^\n]", &status, &culprit, what) < 2 || status == 0 ||
         status > static_cast<unsigned>(Status::AUTH_FAILED))
       co_return;
