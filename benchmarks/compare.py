@@ -587,6 +587,20 @@ def run_transport(o, tls, ucx, progress, env):
 
 
 # ------------------------------------------------------------------------------------------ output
+TARGET_HEAD = ["transport", "target", "threshold", "measured", "met", "detail"]
+
+
+def target_rows(all_res):
+    """One row per target of every run, in TARGET_HEAD's columns."""
+    rows = []
+    for res in all_res:
+        for t in res["targets"]:
+            met = "n/a" if t["met"] is None else ("PASS" if t["met"] else "MISS")
+            m = t["measured"]
+            rows.append([t["tls"], t["target"], t["threshold"], "n/a" if m is None else f"{m:.3g}", met, t["detail"]])
+    return rows
+
+
 def tables(all_res):
     """(text, markdown) of the comparison and the targets."""
     head = ["transport", "test", "size", "unit", "ucx_perftest", "raw like-for-like", "hmc C++", "hmc Python",
@@ -599,13 +613,8 @@ def tables(all_res):
                          fmt(r.get("raw"), r["unit"]), fmt(r["hmc_cpp"], r["unit"]), fmt(r["hmc_python"], r["unit"]),
                          fmt_ratio(r["cpp_vs_ucx"]), fmt_ratio(r.get("cpp_vs_raw")), fmt_ratio(r["python_vs_ucx"]),
                          fmt_ratio(r["python_vs_cpp"])])
-    thead = ["transport", "target", "threshold", "measured", "met", "detail"]
-    trows = []
-    for res in all_res:
-        for t in res["targets"]:
-            met = "n/a" if t["met"] is None else ("PASS" if t["met"] else "MISS")
-            m = t["measured"]
-            trows.append([t["tls"], t["target"], t["threshold"], "n/a" if m is None else f"{m:.3g}", met, t["detail"]])
+    thead = TARGET_HEAD
+    trows = target_rows(all_res)
 
     def text(h, rs, right_from):
         w = [max(len(str(x)) for x in col) for col in zip(h, *rs)] if rs else [len(x) for x in h]

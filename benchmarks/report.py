@@ -59,13 +59,8 @@ def run_line(all_res):
 
 
 def compare_section(all_res):
-    tgt_head = ["transport", "target", "threshold", "measured", "met", "detail"]
-    trows = []
-    for res in all_res:
-        for t in res["targets"]:
-            met = "n/a" if t["met"] is None else ("PASS" if t["met"] else "MISS")
-            m = t["measured"]
-            trows.append([t["tls"], t["target"], t["threshold"], "n/a" if m is None else f"{m:.3g}", met, t["detail"]])
+    tgt_head = compare.TARGET_HEAD
+    trows = compare.target_rows(all_res)
     al = ["---:" if i in (3, 4) else "---" for i in range(len(tgt_head))]
     targets = "\n".join("| " + " | ".join(map(str, r)) + " |" for r in [tgt_head, al] + trows)
     ahead, arows, anotes = compare.api_table(all_res)
