@@ -48,32 +48,30 @@ std::chrono::milliseconds with_grace(std::chrono::milliseconds d) {
 
 std::chrono::milliseconds wait_budget(const SessionOptions& o) { return with_grace(o.timeout); }
 
+// A client's set-up before it dials, on the loop: its transport (also into conn_type), its control
+// channel as self_id, the address it is known by.
+void prepare_connect(detail::SessionImpl& impl, ConnType conn, std::uint32_t self_id, std::atomic<ConnType>& conn_type) {
+  if (impl.closed) throw ClosedError("connect on a closed session");
+  impl.use_conn(conn, "connect");
+  conn_type = impl.conn;
+  impl.ensure_ctrl(self_id, {});
+  if (impl.advertised_ip.empty()) impl.advertised_ip = impl.opts.local_ip;
+}
+
 }  // namespace
 
 std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
                                std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn,
                                std::optional<std::chrono::milliseconds> timeout) {
   forbid_loop_thread(*loop_, "connect");
-  loop_->call([&] {
-    if (impl_->closed) throw ClosedError("connect on a closed session");
-    impl_->use_conn(conn, "connect");
-    conn_type_ = impl_->conn;
-    impl_->ensure_ctrl(self_id, {});
-    if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
-  });
+  loop_->call([&] { prepare_connect(*impl_, conn, self_id, conn_type_); });
   return dial(peer_ip, ctrl_tcp_port, peer_id, data_port, timeout);
 }
 
 std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn,
                                std::optional<std::chrono::milliseconds> timeout) {
   forbid_loop_thread(*loop_, "connect");
-  loop_->call([&] {
-    if (impl_->closed) throw ClosedError("connect on a closed session");
-    impl_->use_conn(conn, "connect");
-    conn_type_ = impl_->conn;
-    impl_->ensure_ctrl(CtrlChannel::any_rank, {});
-    if (impl_->advertised_ip.empty()) impl_->advertised_ip = impl_->opts.local_ip;
-  });
+  loop_->call([&] { prepare_connect(*impl_, conn, CtrlChannel::any_rank, conn_type_); });
   return dial(ip, ctrl_port, std::nullopt, std::nullopt, timeout);  // known by the dialled ip; any data port
 }
 
