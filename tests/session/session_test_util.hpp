@@ -1,5 +1,6 @@
 #pragma once
 // Helpers for Session tests: deterministic byte patterns and a connected server/client pair.
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -7,15 +8,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <iterator>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "hmc/session.hpp"
@@ -82,13 +84,18 @@ inline void connect_pair(const SessionOptions& server_options, const SessionOpti
   ready.get();
 }
 
-// A session's loop thread, watched through /proc: how often it wakes up and how much CPU it uses.
+// A session's loop thread, watched from outside: how often it wakes up (/proc) and how much CPU it
+// uses (its CPU-time clock, exact, where /proc's tick counts charge whole ticks to whoever runs then).
 class LoopThread {
  public:
   explicit LoopThread(Session& s) {
-    std::promise<pid_t> tid;
-    runtime::asio::post(s.executor(), [&] { tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid))); });
-    tid_ = tid.get_future().get();
+    std::promise<std::pair<pid_t, clockid_t>> ids;
+    runtime::asio::post(s.executor(), [&] {
+      clockid_t clock{};
+      if (::pthread_getcpuclockid(::pthread_self(), &clock) != 0) clock = CLOCK_THREAD_CPUTIME_ID;
+      ids.set_value({static_cast<pid_t>(::syscall(SYS_gettid)), clock});
+    });
+    std::tie(tid_, clock_) = ids.get_future().get();
   }
   struct Usage {
     long wakeups = 0;  // voluntary context switches: each sleep of the loop ends in one
@@ -99,14 +106,9 @@ class LoopThread {
     std::ifstream status("/proc/self/task/" + std::to_string(tid_) + "/status");
     for (std::string line; std::getline(status, line);)
       if (line.rfind("voluntary_ctxt_switches:", 0) == 0) u.wakeups = std::stol(line.substr(24));
-    std::ifstream in("/proc/self/task/" + std::to_string(tid_) + "/stat");
-    const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::istringstream rest(stat.substr(stat.rfind(')') + 2));  // fields from the 3rd on
-    std::string field;
-    unsigned long long ticks = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i)
-      if (i == 14 || i == 15) ticks += std::stoull(field);  // utime, stime
-    u.cpu = static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    ::timespec t{};
+    if (::clock_gettime(clock_, &t) != 0) throw std::runtime_error("LoopThread: cannot read the loop thread's CPU clock");
+    u.cpu = static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
     return u;
   }
   // Usage over the next `d` (the caller's thread sleeps meanwhile).
@@ -119,6 +121,7 @@ class LoopThread {
 
  private:
   pid_t tid_ = 0;
+  clockid_t clock_ = CLOCK_THREAD_CPUTIME_ID;
 };
 
 }  // namespace hmc::test
