@@ -13,9 +13,13 @@ namespace {
 // After this many consecutive busy progress calls the driver yields to other handlers on the loop.
 constexpr int kMaxProgressBurst = 64;
 // A source that keeps answering busy to arm with nothing to progress (UCX with sends queued for a
-// peer that does not consume) is retried after a growing pause, never in a tight loop.
+// peer that does not consume) is retried after a pause that doubles every 16 tries, never in a
+// tight loop. The longest pause keeps a peer stopped for good at ~50 wake-ups a second, and is
+// reached only after ~0.4 s of standstill, so a peer that pauses briefly is noticed within a few ms.
 constexpr int kMaxIdleBusyArms = 16;
 constexpr std::chrono::microseconds kFirstBusyBackoff{50};
+constexpr std::chrono::microseconds kLastBusyBackoff{20'000};
+constexpr int kBusyBackoffDoublings = 9;  // 50 us * 2^9 passes kLastBusyBackoff
 // How often adaptive mode reads its thread's preemption count when it goes to sleep.
 constexpr std::chrono::milliseconds kPreemptionProbe{1};
 }  // namespace
@@ -128,13 +132,13 @@ void PollerDriver::cycle() {
     return;
   }
   if (poller_.try_arm() == ArmResult::busy) {
-    if (++idle_busy_arms_ < kMaxIdleBusyArms) {
+    idle_busy_arms_ = std::min(idle_busy_arms_ + 1, kMaxIdleBusyArms * (kBusyBackoffDoublings + 1));
+    if (idle_busy_arms_ < kMaxIdleBusyArms) {
       again();  // events raced with arming: progress again, never sleep on them
       return;
     }
-    const auto pause = std::min<std::chrono::microseconds>(
-        safety_interval_, kFirstBusyBackoff * (1 << std::min(idle_busy_arms_ / kMaxIdleBusyArms - 1, 6)));
-    arm_safety_timer(pause);
+    const int doublings = idle_busy_arms_ / kMaxIdleBusyArms - 1;
+    arm_safety_timer(std::min(kLastBusyBackoff, kFirstBusyBackoff * (1 << doublings)));
     return;
   }
   idle_busy_arms_ = 0;
