@@ -41,26 +41,26 @@ struct Post {
   std::uint32_t rank;
   bool is_put;
   Segment segment;
-  Token token;
+  PostId token;
 };
 
 // Records every post; the test decides when (and whether) each signalled one completes.
 class EmulatedPoster final : public OpPoster {
  public:
-  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t, const Segment& s, Token token) override {
+  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t, const Segment& s, PostId token) override {
     if (fail_after && posts.size() >= *fail_after) return {make_error_code(Status::ERROR), false};
     posts.push_back({Post::rma, rank, is_put, s, token});
-    return {{}, token != kNoToken};
+    return {{}, token != kNoPostId};
   }
-  PostResult post_flush(std::uint32_t rank, Token token) override {
-    posts.push_back({Post::flush, rank, true, {}, flush_inline ? kNoToken : token});
+  PostResult post_flush(std::uint32_t rank, PostId token) override {
+    posts.push_back({Post::flush, rank, true, {}, flush_inline ? kNoPostId : token});
     return {{}, !flush_inline};
   }
-  PostResult post_message(std::uint32_t rank, std::span<const std::byte>, Token token) override {
+  PostResult post_message(std::uint32_t rank, std::span<const std::byte>, PostId token) override {
     posts.push_back({Post::message, rank, false, {}, token});
     return {{}, true};
   }
-  PostResult post_notify(std::uint32_t rank, std::span<const std::byte>, Token token) override {
+  PostResult post_notify(std::uint32_t rank, std::span<const std::byte>, PostId token) override {
     if (refuse_notify) return {make_error_code(Status::PEER_LOST), false};
     posts.push_back({Post::notify, rank, true, {}, token});
     return {{}, true};
@@ -124,7 +124,7 @@ class OpEngineTest : public ::testing::Test {
   // Completes the signalled posts made so far (not those they cause) that were not completed yet.
   void complete_all(error_code ec = {}) {
     for (const std::size_t end = poster.posts.size(); completed_ < end; ++completed_)
-      if (poster.posts[completed_].token != kNoToken) engine->completed(poster.posts[completed_].token, ec);
+      if (poster.posts[completed_].token != kNoPostId) engine->completed(poster.posts[completed_].token, ec);
     settle();
   }
 

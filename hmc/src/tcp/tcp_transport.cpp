@@ -79,12 +79,12 @@ struct TcpTransport::Conn : std::enable_shared_from_this<Conn> {
     std::array<std::byte, kHeader> header{};
     const std::byte* data = nullptr;  // payload written after the header (put, message, get data)
     std::size_t length = 0;
-    Token token = kNoToken;
+    PostId token = kNoPostId;
     bool report = false;  // the token is reported once the frame is written
     bool reply = false;   // counts against the peer's queued replies
   };
   struct Pending {  // a request whose reply we wait for; replies come in request order
-    Token token = kNoToken;
+    PostId token = kNoPostId;
     std::uint8_t kind = 0;
     std::byte* dest = nullptr;
     std::uint64_t length = 0;
@@ -503,7 +503,7 @@ asio::awaitable<void> TcpTransport::read_loop(std::shared_ptr<Conn> c) {
     }
     const std::byte* h = c->rx.data() + c->rx_begin;
     const auto kind = static_cast<std::uint8_t>(h[0]);
-    const Token token = load_le64(h + 8);
+    const PostId token = load_le64(h + 8);
     const std::uint64_t offset = load_le64(h + 16), length = load_le64(h + 24);
     c->rx_begin += kHeader;
     ++moved_;
@@ -527,12 +527,12 @@ asio::awaitable<void> TcpTransport::read_loop(std::shared_ptr<Conn> c) {
       }
     }
     c->pending.pop_front();
-    if (token != kNoToken) engine_.completed(token, {});
+    if (token != kNoPostId) engine_.completed(token, {});
   }
 }
 
 // One request from the peer, checked against the only memory it may touch: the session buffer.
-asio::awaitable<bool> TcpTransport::serve(std::shared_ptr<Conn> c, std::uint8_t kind, Token token,
+asio::awaitable<bool> TcpTransport::serve(std::shared_ptr<Conn> c, std::uint8_t kind, PostId token,
                                           std::uint64_t offset, std::uint64_t length) {
   const std::uint64_t size = buffer_.size();
   const bool in_buffer = offset <= size && length <= size - offset;
@@ -599,7 +599,7 @@ asio::awaitable<bool> TcpTransport::serve(std::shared_ptr<Conn> c, std::uint8_t 
 // leave in this call, with no ring round trip; the rest wait until the socket is writable.
 void TcpTransport::write_now(const std::shared_ptr<Conn>& c) {
   c->write_posted = false;
-  std::vector<Token> written;
+  std::vector<PostId> written;
   while (!c->closed && !c->writing && !c->queue.empty()) {
     c->gather.clear();
     std::size_t skip = c->front_sent;
@@ -647,18 +647,18 @@ void TcpTransport::write_now(const std::shared_ptr<Conn>& c) {
         break;
       }
       left -= total;
-      if (o.report && o.token != kNoToken) written.push_back(o.token);
+      if (o.report && o.token != kNoPostId) written.push_back(o.token);
       if (o.reply) ++replies_done;
       c->queue.pop_front();
     }
     c->replies -= replies_done;
     if (replies_done != 0) c->drained.cancel();
     ++moved_;
-    for (Token t : written) engine_.completed(t, {});
+    for (PostId t : written) engine_.completed(t, {});
   }
 }
 
-void TcpTransport::enqueue(Conn& c, std::uint8_t kind, Token token, std::uint64_t offset, std::uint64_t length,
+void TcpTransport::enqueue(Conn& c, std::uint8_t kind, PostId token, std::uint64_t offset, std::uint64_t length,
                            const std::byte* data, bool report_on_write) {
   Conn::Out& o = c.queue.emplace_back();
   o.header[0] = std::byte{kind};
@@ -685,7 +685,7 @@ TcpTransport::Conn* TcpTransport::out_conn(std::uint32_t rank) const {
 }
 
 PostResult TcpTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s,
-                                  Token token) {
+                                  PostId token) {
   Conn* c = out_conn(rank);
   if (c == nullptr) return {lost(), false};
   const RegionTable::Region* local = regions_.in_use(region);
@@ -697,22 +697,22 @@ PostResult TcpTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t
     enqueue(*c, kGet, token, s.remote_offset, s.size, nullptr, false);
     c->pending.push_back(Conn::Pending{token, kGet, at, s.size});
   }
-  return {{}, token != kNoToken};
+  return {{}, token != kNoPostId};
 }
 
-PostResult TcpTransport::post_flush(std::uint32_t rank, Token token) {
+PostResult TcpTransport::post_flush(std::uint32_t rank, PostId token) {
   Conn* c = out_conn(rank);
   if (c == nullptr) return {lost(), false};
   enqueue(*c, kFlush, token, 0, 0, nullptr, false);
   c->pending.push_back(Conn::Pending{token, kFlush, nullptr, 0});
-  return {{}, token != kNoToken};
+  return {{}, token != kNoPostId};
 }
 
-PostResult TcpTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
+PostResult TcpTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) {
   Conn* c = out_conn(rank);
   if (c == nullptr) return {lost(), false};
   enqueue(*c, kMessage, token, 0, bytes.size(), bytes.data(), true);
-  return {{}, token != kNoToken};
+  return {{}, token != kNoPostId};
 }
 
 void TcpTransport::close_conn(Conn& c, error_code reason, bool report) {
@@ -725,15 +725,15 @@ void TcpTransport::close_conn(Conn& c, error_code reason, bool report) {
   c.drained.cancel();
   c.deadline.cancel();
   handshakes_.remove(c.shared_from_this());
-  std::vector<Token> failed;
+  std::vector<PostId> failed;
   for (const Conn::Out& o : c.queue)
-    if (o.report && o.token != kNoToken) failed.push_back(o.token);
+    if (o.report && o.token != kNoPostId) failed.push_back(o.token);
   for (const Conn::Pending& p : c.pending)
-    if (p.token != kNoToken) failed.push_back(p.token);
+    if (p.token != kNoPostId) failed.push_back(p.token);
   c.queue.clear();
   c.pending.clear();
   if (report)
-    for (Token t : failed) engine_.completed(t, reason);
+    for (PostId t : failed) engine_.completed(t, reason);
 }
 
 void TcpTransport::fail_peer(std::uint32_t rank, error_code reason, const std::string& why) {

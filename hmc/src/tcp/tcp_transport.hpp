@@ -87,10 +87,10 @@ class TcpTransport final : public Transport, private OpPoster {
   };
 
   // OpPoster
-  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, Token token) override;
-  PostResult post_flush(std::uint32_t rank, Token token) override;
-  PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) override;
-  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) override {
+  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, PostId token) override;
+  PostResult post_flush(std::uint32_t rank, PostId token) override;
+  PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) override;
+  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, PostId token) override {
     return post_message(rank, message, token);  // one ordered stream: the puts before it are read first
   }
   void kick() override {}
@@ -102,13 +102,13 @@ class TcpTransport final : public Transport, private OpPoster {
   runtime::asio::awaitable<void> dial(std::shared_ptr<Conn> c, runtime::asio::ip::tcp::endpoint to,
                                       std::array<std::byte, 32> secret);
   runtime::asio::awaitable<void> read_loop(std::shared_ptr<Conn> c);
-  runtime::asio::awaitable<bool> serve(std::shared_ptr<Conn> c, std::uint8_t kind, Token token, std::uint64_t offset,
+  runtime::asio::awaitable<bool> serve(std::shared_ptr<Conn> c, std::uint8_t kind, PostId token, std::uint64_t offset,
                                        std::uint64_t length);
   void violation(Conn& c, const std::string& why);
   void connection_failed(const Conn& c, error_code ec);
   void write_now(const std::shared_ptr<Conn>& c);
   Conn* out_conn(std::uint32_t rank) const;
-  void enqueue(Conn& c, std::uint8_t kind, Token token, std::uint64_t offset, std::uint64_t length,
+  void enqueue(Conn& c, std::uint8_t kind, PostId token, std::uint64_t offset, std::uint64_t length,
                const std::byte* data, bool report_on_write);
   void attached(std::uint32_t rank, const std::shared_ptr<Conn>& c);
   void set_socket_options(Conn& c) const;

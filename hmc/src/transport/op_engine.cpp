@@ -84,8 +84,8 @@ struct OpEngine::Op {
 namespace {
 // Records are heap objects aligned to at least 8: the low bit tells a flush from an operation.
 template <class T>
-Token token_of(T* p, bool flush) {
-  return static_cast<Token>(reinterpret_cast<std::uintptr_t>(p)) | (flush ? 1u : 0u);
+PostId post_id_of(T* p, bool flush) {
+  return static_cast<PostId>(reinterpret_cast<std::uintptr_t>(p)) | (flush ? 1u : 0u);
 }
 }  // namespace
 
@@ -167,8 +167,8 @@ void OpEngine::start(Op* op) {
   step(op);
 }
 
-void OpEngine::note_post(Op* op, const PostResult& r, Token token) {
-  if (!r.pending || token == kNoToken) return;
+void OpEngine::note_post(Op* op, const PostResult& r, PostId token) {
+  if (!r.pending || token == kNoPostId) return;
   ++op->outstanding;
   ++all_posts_;
   if (!op->orphaned) ++live_posts_;
@@ -179,7 +179,7 @@ void OpEngine::post_segments(Op* op) {
   bool posted_any = false;
   for (const Segment& s : op->segments) {
     // Puts are unsignalled: the flush covers them. Gets write local memory: each one is reported.
-    const Token token = is_put ? kNoToken : token_of(op, false);
+    const PostId token = is_put ? kNoPostId : post_id_of(op, false);
     const PostResult r = poster_.post_rma(op->rank, is_put, op->region, s, token);
     if (r.error) {
       fail(op, r.error);
@@ -195,7 +195,7 @@ void OpEngine::post_segments(Op* op) {
 }
 
 void OpEngine::post_notify(Op* op) {
-  const Token token = token_of(op, false);
+  const PostId token = post_id_of(op, false);
   const PostResult r = poster_.post_notify(op->rank, op->message, token);
   if (r.error) {
     fail(op, r.error);
@@ -206,7 +206,7 @@ void OpEngine::post_notify(Op* op) {
 
 void OpEngine::post_chunks(Op* op) {
   const Segment& whole = op->segments.front();
-  const Token token = token_of(op, false);
+  const PostId token = post_id_of(op, false);
   while (op->state == OpState::active && !op->error && op->issued < whole.size && op->outstanding < op->window) {
     const std::size_t n = std::min(op->chunk, whole.size - op->issued);
     const Segment piece{whole.local_offset + op->issued, whole.remote_offset + op->issued, n};
@@ -221,7 +221,7 @@ void OpEngine::post_chunks(Op* op) {
 }
 
 void OpEngine::post_message(Op* op) {
-  const Token token = token_of(op, false);
+  const PostId token = post_id_of(op, false);
   const PostResult r = poster_.post_message(op->rank, op->message, token);
   if (r.error) {
     fail(op, r.error);
@@ -396,7 +396,7 @@ void OpEngine::flush_now(std::uint32_t rank, Op* current) {
   batch->rank = rank;
   batch->live = true;
   batch->ops.swap(p.unflushed);  // both keep their capacity
-  const PostResult r = poster_.post_flush(rank, token_of(batch, true));
+  const PostResult r = poster_.post_flush(rank, post_id_of(batch, true));
   if (!r.pending) return flush_done(batch, r.error, current);
   p.inflight.push_back(batch);
   ++all_posts_;
@@ -415,10 +415,10 @@ void OpEngine::flush_done(FlushBatch* batch, error_code ec, Op* current) {
   free_batches_.push_back(batch);
 }
 
-void OpEngine::completed(Token token, error_code ec) {
+void OpEngine::completed(PostId token, error_code ec) {
   --all_posts_;
   if ((token & 1u) != 0) {
-    auto* batch = reinterpret_cast<FlushBatch*>(static_cast<std::uintptr_t>(token & ~Token{1}));
+    auto* batch = reinterpret_cast<FlushBatch*>(static_cast<std::uintptr_t>(token & ~PostId{1}));
     if (batch->live) {
       --live_posts_;
       if (auto it = peers_.find(batch->rank); it != peers_.end()) std::erase(it->second.inflight, batch);

@@ -1,7 +1,7 @@
 #pragma once
 // The transport-independent half of the data plane: operation records with exactly one terminal
 // state, deadlines, max_inflight backpressure, batches, pipelines with a sliding window and remote
-// completion for puts. It asks a transport (OpPoster) to post work tagged with a Token; the
+// completion for puts. It asks a transport (OpPoster) to post work tagged with a PostId; the
 // transport reports each signalled post back by that token. Loop thread only.
 #include <chrono>
 #include <cstddef>
@@ -21,10 +21,11 @@ namespace hmc::detail {
 namespace asio = runtime::asio;
 using runtime::error_code;
 
-// Names one signalled post for the engine (a verbs wr_id, a UCX request's user data). Opaque to the
-// transport; kNoToken marks an unsignalled post, which is never reported and is covered by a flush.
-using Token = std::uint64_t;
-inline constexpr Token kNoToken = 0;
+// Names one signalled post for the engine (a verbs wr_id, a UCX request's user data), where Asio's
+// "token" means a completion token. Opaque to the transport; kNoPostId marks an unsignalled post,
+// which is never reported and is covered by a flush.
+using PostId = std::uint64_t;
+inline constexpr PostId kNoPostId = 0;
 
 // error: the post failed now (nothing was handed to the hardware). pending: it will be reported
 // once through OpEngine::completed(token, ...). Neither: it completed inline and is not reported.
@@ -40,17 +41,17 @@ class OpPoster {
  public:
   // One segment between local region `region` and the peer's buffer.
   virtual PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s,
-                              Token token) = 0;
+                              PostId token) = 0;
   // Completes when every put posted to `rank` before it is visible in the peer's memory and no
   // longer reads local memory (UCX: endpoint flush; verbs: the last signalled WR of the burst).
-  virtual PostResult post_flush(std::uint32_t rank, Token token) = 0;
+  virtual PostResult post_flush(std::uint32_t rank, PostId token) = 0;
   // A control fast-path message; `bytes` stays alive until the post is reported.
-  virtual PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) = 0;
+  virtual PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) = 0;
   // post_message that the peer receives only after every put posted to `rank` before it is visible
   // in its memory; reported once like post_message, when those puts no longer read local memory
   // either (UCX: endpoint flush, then the active message; verbs: WRITE_WITH_IMM on the last write).
   // Fast-path messages to one peer (plain or notify) reach it in the order they were posted.
-  virtual PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) = 0;
+  virtual PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, PostId token) = 0;
   // Posts were made after the poller may have armed: progress-then-arm must run again.
   virtual void kick() = 0;
 
@@ -97,7 +98,7 @@ class OpEngine {
   void submit(OpRequest request, Completion done);
 
   // The transport reports a signalled post (ec: its failure, if any).
-  void completed(Token token, error_code ec);
+  void completed(PostId token, error_code ec);
 
   // A peer the transport can post to, and its removal: every operation for `rank` that is not
   // terminal becomes aborted with `reason` now; posts still in the hardware are waited for quietly.
@@ -126,7 +127,7 @@ class OpEngine {
   void post_chunks(Op* op);
   void post_message(Op* op);
   void post_notify(Op* op);
-  void note_post(Op* op, const PostResult& r, Token token);
+  void note_post(Op* op, const PostResult& r, PostId token);
   void fail(Op* op, error_code ec);
   void step(Op* op);
   void terminal(Op* op, OpState state, error_code ec);

@@ -375,14 +375,14 @@ std::size_t UcxTransport::region_size(std::uint64_t id) const {
   return r == nullptr ? 0 : r->size;
 }
 
-PostResult UcxTransport::posted(ucs_status_ptr_t r, Token token, const char* what, std::uint32_t rank) {
+PostResult UcxTransport::posted(ucs_status_ptr_t r, PostId token, const char* what, std::uint32_t rank) {
   if (r == nullptr) return {};  // done already; no callback follows
   if (UCS_PTR_IS_PTR(r)) armed_ = false;  // in flight: UCX may need progress that no event announces
   if (UCS_PTR_IS_ERR(r)) {  // the caller gets the error; a failing endpoint refuses every post
     log().debug("ucx {} to rank {} refused: {}", what, rank, ucs_status_string(UCS_PTR_STATUS(r)));
     return {from_ucs(UCS_PTR_STATUS(r)), false};
   }
-  if (token == kNoToken) {
+  if (token == kNoPostId) {
     ucp_request_free(r);  // unsignalled: a later flush covers it
     return {};
   }
@@ -392,7 +392,7 @@ PostResult UcxTransport::posted(ucs_status_ptr_t r, Token token, const char* wha
 }
 
 PostResult UcxTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s,
-                                  Token token) {
+                                  PostId token) {
   const Peer* p = find(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   const RegionTable::Region* local = regions_.in_use(region);
@@ -400,7 +400,7 @@ PostResult UcxTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
   param.memh = static_cast<ucp_mem_h>(local->handle);
-  if (token != kNoToken) {
+  if (token != kNoPostId) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &UcxTransport::on_request_done;
     param.user_data = this;
@@ -412,7 +412,7 @@ PostResult UcxTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t
   return posted(r, token, is_put ? "put" : "get", rank);
 }
 
-PostResult UcxTransport::post_flush(std::uint32_t rank, Token token) {
+PostResult UcxTransport::post_flush(std::uint32_t rank, PostId token) {
   const Peer* p = find(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   ucp_request_param_t param{};
@@ -422,7 +422,7 @@ PostResult UcxTransport::post_flush(std::uint32_t rank, Token token) {
   return posted(ucp_ep_flush_nbx(p->ep, &param), token, "flush", rank);
 }
 
-PostResult UcxTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
+PostResult UcxTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) {
   Peer* p = find(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   if (p->held_head == p->held.size()) return send_message(*p, bytes, token);
@@ -434,7 +434,7 @@ PostResult UcxTransport::post_message(std::uint32_t rank, std::span<const std::b
 // puts (cma) and active messages (posix) use different ones: so the notify leaves once the endpoint
 // flush is done. On shared memory that flush completes inline and the message leaves in the same
 // call; over tcp it waits for the puts' acknowledgement (docs/transports.md "put_notify").
-PostResult UcxTransport::post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) {
+PostResult UcxTransport::post_notify(std::uint32_t rank, std::span<const std::byte> message, PostId token) {
   Peer* p = find(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   ucp_request_param_t param{};
@@ -456,7 +456,7 @@ PostResult UcxTransport::post_notify(std::uint32_t rank, std::span<const std::by
   return {{}, true};
 }
 
-PostResult UcxTransport::send_message(Peer& p, std::span<const std::byte> bytes, Token token) {
+PostResult UcxTransport::send_message(Peer& p, std::span<const std::byte> bytes, PostId token) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = &UcxTransport::on_request_done;
@@ -608,7 +608,7 @@ void UcxTransport::process_completions() {
 
 // Callbacks record and free their request (freeing earlier would suppress the callback).
 void UcxTransport::on_request_done(void* request, ucs_status_t status, void* user_data) {
-  Token token = kNoToken;
+  PostId token = kNoPostId;
   std::memcpy(&token, request, sizeof token);
   static_cast<UcxTransport*>(user_data)->done_posts_.emplace_back(token, status);
   ucp_request_free(request);

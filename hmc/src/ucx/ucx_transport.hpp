@@ -82,7 +82,7 @@ class UcxTransport final : public Transport, private OpPoster {
     // Fast-path messages waiting behind a notify's flush, in posting order (bounded by the
     // engine's max_inflight). held[held_head..] are waiting; held[i] has sequence held_seq + i.
     struct Held {
-      Token token = kNoToken;
+      PostId token = kNoPostId;
       std::span<const std::byte> bytes;
       bool ready = false;  // its flush is done (or it is a plain message): it may go
       ucs_status_t status = UCS_OK;
@@ -94,16 +94,16 @@ class UcxTransport final : public Transport, private OpPoster {
   };
 
   // OpPoster
-  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, Token token) override;
-  PostResult post_flush(std::uint32_t rank, Token token) override;
-  PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) override;
-  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, Token token) override;
+  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, PostId token) override;
+  PostResult post_flush(std::uint32_t rank, PostId token) override;
+  PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) override;
+  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> message, PostId token) override;
   void kick() override {
     kicked_ = true;
     poller_.kick();
   }
-  PostResult posted(ucs_status_ptr_t r, Token token, const char* what, std::uint32_t rank);
-  PostResult send_message(Peer& p, std::span<const std::byte> bytes, Token token);
+  PostResult posted(ucs_status_ptr_t r, PostId token, const char* what, std::uint32_t rank);
+  PostResult send_message(Peer& p, std::span<const std::byte> bytes, PostId token);
   void release_held(Peer& p);
 
   static void on_request_done(void* request, ucs_status_t status, void* user_data);
@@ -145,8 +145,8 @@ class UcxTransport final : public Transport, private OpPoster {
   std::list<std::unique_ptr<Peer>> closed_;   // closed endpoints, kept for late UCX callbacks
   std::map<std::uint32_t, std::uint64_t> fast_token_of_;            // rank -> the secret we gave it
   std::unordered_map<std::uint64_t, std::uint32_t> rank_of_token_;  // and back
-  std::vector<std::pair<Token, ucs_status_t>> done_posts_;  // filled by UCX callbacks, drained after progress
-  std::vector<std::pair<Token, ucs_status_t>> reported_posts_;  // the batch being handed to the engine
+  std::vector<std::pair<PostId, ucs_status_t>> done_posts_;  // filled by UCX callbacks, drained after progress
+  std::vector<std::pair<PostId, ucs_status_t>> reported_posts_;  // the batch being handed to the engine
   struct NotifyFlushed {
     Peer* peer;
     std::uint64_t seq;

@@ -428,7 +428,7 @@ std::size_t VerbsTransport::region_size(std::uint64_t id) const {
 }
 
 PostResult VerbsTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s,
-                                    Token token) {
+                                    PostId token) {
   Peer* p = live(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   const RegionTable::Region* local = regions_->in_use(region);
@@ -439,7 +439,7 @@ PostResult VerbsTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64
   const std::size_t n_qps = p->qps.size();
   const std::size_t pieces = n_qps > 1 && s.size >= options_.stripe_min ? n_qps : 1;
   std::uint64_t wr_id = token;
-  if (pieces > 1 && token != kNoToken) {
+  if (pieces > 1 && token != kNoPostId) {
     wr_id = kStripe | (next_stripe_id_++ & kNumber);
     gathers_[wr_id] = Gather{token, pieces, {}};
   }
@@ -454,7 +454,7 @@ PostResult VerbsTransport::post_rma(std::uint32_t rank, bool is_put, std::uint64
     if (is_put) q.dirty = true;
     begin += n;
   }
-  return {{}, token != kNoToken};
+  return {{}, token != kNoPostId};
 }
 
 void VerbsTransport::post_piece(Peer& p, Qp& q, bool is_put, std::uint64_t local, std::uint32_t lkey,
@@ -472,12 +472,12 @@ void VerbsTransport::post_piece(Peer& p, Qp& q, bool is_put, std::uint64_t local
     done += n;
     const bool last = done == size;
     w.wr_id = last ? wr_id : 0;
-    w.signalled = last && wr_id != kNoToken;
+    w.signalled = last && wr_id != kNoPostId;
     enqueue(p, q, w);
   }
 }
 
-PostResult VerbsTransport::post_flush(std::uint32_t rank, Token token) {
+PostResult VerbsTransport::post_flush(std::uint32_t rank, PostId token) {
   Peer* p = live(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   std::size_t dirty = 0;
@@ -506,16 +506,16 @@ VerbsTransport::Wr VerbsTransport::flush_read(const Peer& p, std::uint64_t wr_id
   return w;
 }
 
-PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
+PostResult VerbsTransport::post_message(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) {
   Peer* p = live(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   if (bytes.empty() || bytes.size() > options_.max_message) return {make_error_code(Status::INVALID_ARGUMENT), false};
   if (p->held.empty()) return send_message(*p, bytes, token);
   p->held.push_back(Held{0, bytes, token, 0, {}});  // an earlier notify waits for its flush: after it
-  return {{}, token != kNoToken};
+  return {{}, token != kNoPostId};
 }
 
-PostResult VerbsTransport::send_message(Peer& p, std::span<const std::byte> bytes, Token token) {
+PostResult VerbsTransport::send_message(Peer& p, std::span<const std::byte> bytes, PostId token) {
   // Messages go on channel 0 only: one QP keeps them in order. Each fragment is signalled so
   // that its send buffer comes back even when nothing else is sent.
   Qp& q = p.qps.front();
@@ -529,14 +529,14 @@ PostResult VerbsTransport::send_message(Peer& p, std::span<const std::byte> byte
     w.has_header = first;
     w.header = static_cast<std::uint32_t>(bytes.size());
     off += n;
-    w.wr_id = off == bytes.size() && token != kNoToken ? token : kRetire;
+    w.wr_id = off == bytes.size() && token != kNoPostId ? token : kRetire;
     w.signalled = true;
     enqueue(p, q, w);
   }
-  return {{}, token != kNoToken};
+  return {{}, token != kNoPostId};
 }
 
-PostResult VerbsTransport::post_notify(std::uint32_t rank, std::span<const std::byte> bytes, Token token) {
+PostResult VerbsTransport::post_notify(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) {
   Peer* p = live(rank);
   if (p == nullptr) return {make_error_code(Status::PEER_LOST), false};
   if (bytes.empty() || bytes.size() > options_.max_message) return {make_error_code(Status::INVALID_ARGUMENT), false};
@@ -554,7 +554,7 @@ PostResult VerbsTransport::post_notify(std::uint32_t rank, std::span<const std::
     q.dirty = false;
     enqueue(*p, q, flush_read(*p, id));
   }
-  return {{}, token != kNoToken};
+  return {{}, token != kNoPostId};
 }
 
 void VerbsTransport::enqueue(Peer& p, Qp& q, Wr wr) {
@@ -654,7 +654,7 @@ void VerbsTransport::release_held(Peer& p) {
     PostResult r{h.error, false};
     if (!r.error && p.closing) r.error = make_error_code(Status::PEER_LOST);
     if (!r.error) r = send_message(p, h.message, h.token);
-    if (r.error && h.token != kNoToken) engine_->completed(h.token, r.error);  // may post more: nothing held across it
+    if (r.error && h.token != kNoPostId) engine_->completed(h.token, r.error);  // may post more: nothing held across it
   }
 }
 

@@ -82,7 +82,7 @@ class VerbsTransport final : public Transport, private OpPoster {
     std::uint32_t lkey = 0;
     std::uint64_t remote = 0;
     std::uint32_t rkey = 0;
-    std::uint64_t wr_id = 0;  // an engine Token, an internal id, or 0 (unsignalled)
+    std::uint64_t wr_id = 0;  // an engine PostId, an internal id, or 0 (unsignalled)
     bool signalled = false;
     std::uint32_t header = 0;      // SEND: the message length written before the fragment (first fragment)
     bool has_header = false;
@@ -96,7 +96,7 @@ class VerbsTransport final : public Transport, private OpPoster {
   struct Held {
     std::uint64_t id = 0;                // the flush READs' internal id; 0: a message behind one
     std::span<const std::byte> message;  // the engine keeps it alive until `token` is reported
-    Token token = kNoToken;
+    PostId token = kNoPostId;
     std::size_t left = 0;                // flush READs not back yet
     error_code error;
   };
@@ -126,10 +126,10 @@ class VerbsTransport final : public Transport, private OpPoster {
   };
 
   // OpPoster
-  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, Token token) override;
-  PostResult post_flush(std::uint32_t rank, Token token) override;
-  PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, Token token) override;
-  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> bytes, Token token) override;
+  PostResult post_rma(std::uint32_t rank, bool is_put, std::uint64_t region, const Segment& s, PostId token) override;
+  PostResult post_flush(std::uint32_t rank, PostId token) override;
+  PostResult post_message(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) override;
+  PostResult post_notify(std::uint32_t rank, std::span<const std::byte> bytes, PostId token) override;
   void kick() override { poller_.kick(); }
 
   std::unique_ptr<Peer> make_peer(std::uint32_t rank);
@@ -144,7 +144,7 @@ class VerbsTransport final : public Transport, private OpPoster {
                   std::size_t size, std::uint64_t wr_id);
   void report(std::uint64_t wr_id, error_code ec);
   void release_gather(std::uint64_t id, error_code ec);
-  PostResult send_message(Peer& p, std::span<const std::byte> bytes, Token token);
+  PostResult send_message(Peer& p, std::span<const std::byte> bytes, PostId token);
   void release_notify(std::uint64_t id, error_code ec);
   void release_held(Peer& p);
   Wr flush_read(const Peer& p, std::uint64_t wr_id) const;
@@ -182,7 +182,7 @@ class VerbsTransport final : public Transport, private OpPoster {
   // One engine post carried by several work requests on different QPs (a flush on every dirty QP,
   // the pieces of a striped segment): reported once, when all are back, with the first error.
   struct Gather {
-    Token token = kNoToken;
+    PostId token = kNoPostId;
     std::size_t left = 0;
     error_code error;
   };
