@@ -1,4 +1,4 @@
-#include "staging/emulated_device.hpp"
+#include "emulated_device.hpp"
 
 #include <array>
 #include <cstdlib>
@@ -58,18 +58,24 @@ DeviceEmulation::DeviceEmulation(MemoryType type) : type_(type) {
   s.stalled = false;
   s.failures = 0;
   s.copies = 0;
+  DeviceStandIn::set(type, this);
   runtime::log().warn("EMULATED {} device enabled (tests only): host memory copied with memcpy", to_string(type));
 }
 
-DeviceEmulation::~DeviceEmulation() { state(type_).enabled = false; }
+DeviceEmulation::~DeviceEmulation() {
+  DeviceStandIn::set(type_, nullptr);
+  state(type_).enabled = false;
+}
 void DeviceEmulation::stall(bool on) noexcept { state(type_).stalled = on; }
 void DeviceEmulation::fail_next(int n) noexcept { state(type_).failures = n; }
 std::uint64_t DeviceEmulation::copies() const noexcept { return state(type_).copies.load(); }
 
-bool device_emulated(MemoryType type) noexcept { return is_device_memory(type) && state(type).enabled.load(); }
+std::shared_ptr<DeviceCopier> DeviceEmulation::open_copier(int device_id) {
+  return std::make_shared<EmulatedCopier>(type_, device_id);
+}
 
-std::shared_ptr<DeviceCopier> open_emulated_copier(MemoryType type, int device_id) {
-  return std::make_shared<EmulatedCopier>(type, device_id);
+std::shared_ptr<Memory> DeviceEmulation::memory(int device_id) {
+  return std::make_shared<EmulatedDeviceMemory>(type_, device_id);
 }
 
 void* EmulatedDeviceMemory::allocate(std::size_t size) {

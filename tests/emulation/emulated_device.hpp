@@ -8,14 +8,16 @@
 
 #include "hmc/memory.hpp"
 #include "staging/device_copier.hpp"
+#include "staging/device_stand_in.hpp"
 
 namespace hmc::detail {
 
-// Enables the emulation of one device type for as long as it lives (one at a time per type).
-class DeviceEmulation {
+// Enables the emulation of one device type for as long as it lives (one at a time per type): the
+// type's DeviceStandIn.
+class DeviceEmulation final : public DeviceStandIn {
  public:
   explicit DeviceEmulation(MemoryType type);
-  ~DeviceEmulation();
+  ~DeviceEmulation() override;
   DeviceEmulation(const DeviceEmulation&) = delete;
   DeviceEmulation& operator=(const DeviceEmulation&) = delete;
 
@@ -26,12 +28,12 @@ class DeviceEmulation {
   // Copies started so far (every copier of this type), to check that staging really happened.
   std::uint64_t copies() const noexcept;
 
+  std::shared_ptr<DeviceCopier> open_copier(int device_id) override;
+  std::shared_ptr<Memory> memory(int device_id) override;
+
  private:
   MemoryType type_;
 };
-
-bool device_emulated(MemoryType type) noexcept;
-std::shared_ptr<DeviceCopier> open_emulated_copier(MemoryType type, int device_id);
 
 // The emulated device's allocator: page-aligned host memory that reports `type`.
 class EmulatedDeviceMemory final : public Memory {

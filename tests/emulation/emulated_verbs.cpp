@@ -1,5 +1,5 @@
 // EMULATION of an RDMA fabric (see emulated_verbs.hpp): tests only, never picked silently.
-#include "verbs/emulated_verbs.hpp"
+#include "emulated_verbs.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -271,6 +271,12 @@ struct EmulatedFabric::State {
     return Outcome::done;
   }
 };
+
+namespace {
+// Linked in (an object library, so this runs), the fabric answers the sessions that ask for it.
+[[maybe_unused]] const bool g_registered =
+    (register_emulated_verbs([]() -> std::shared_ptr<VerbsApi> { return EmulatedFabric::shared(); }), true);
+}  // namespace
 
 std::shared_ptr<EmulatedFabric> EmulatedFabric::shared() {
   static std::mutex m;

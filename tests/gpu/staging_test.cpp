@@ -13,7 +13,7 @@
 #include "../session/session_test_util.hpp"
 #include "hmc/error.hpp"
 #include "hmc/session.hpp"
-#include "staging/emulated_device.hpp"
+#include "emulated_device.hpp"
 #include "staging/staging_wire.hpp"
 
 namespace hmc {

@@ -143,6 +143,18 @@ def test_rdma_is_unsupported_for_every_data_call(lone):
     assert lone.check_conn("127.0.0.1", 1, rdma) is False
 
 
+def test_the_package_has_no_emulated_rdma_fabric(tmp_path, monkeypatch):
+    """The emulated verbs fabric is in the tests' own build of the extension only: asked for in the
+    package, RDMA is refused by name instead of moving bytes inside the process."""
+    monkeypatch.setenv("HMC_VERBS_EMULATION", "1")
+    s = hmc.create_session(buffer_size="1M", ctrl_uds_dir=str(tmp_path))
+    try:
+        with pytest.raises(hmc.UnsupportedError, match="test library"):
+            s.init_server("127.0.0.1", 0, 18519, 0, 0)
+    finally:
+        s.close()
+
+
 def test_cuda_names_say_why_they_cannot_run_here(lone):
     ok, why = hmc.memory_type_available(hmc.MemoryType.NVIDIA_GPU)
     if ok:

@@ -14,7 +14,7 @@
 #include "hmc/error.hpp"
 #include "hmc/memory.hpp"
 #include "hmc/runtime/event_loop.hpp"
-#include "verbs/emulated_verbs.hpp"
+#include "emulated_verbs.hpp"
 #include "verbs/verbs_peer_info.hpp"
 #include "verbs/verbs_transport.hpp"
 

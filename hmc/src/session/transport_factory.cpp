@@ -9,7 +9,6 @@
 #include "transport/routed_transport.hpp"
 #include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_transport.hpp"
-#include "verbs/emulated_verbs.hpp"
 #include "verbs/verbs_transport.hpp"
 
 namespace hmc::detail {
@@ -64,9 +63,13 @@ StagingOptions SessionImpl::staging_options(ConnType type) const {
 std::shared_ptr<VerbsApi> SessionImpl::verbs_api() const {
   const char* env = std::getenv("HMC_VERBS_EMULATION");
   if (opts.verbs_emulation || (env != nullptr && std::string(env) == "1")) {
+    const VerbsApiFactory emulated = emulated_verbs();
+    if (emulated == nullptr)
+      throw UnsupportedError("verbs_emulation / HMC_VERBS_EMULATION=1: the emulated RDMA fabric is part of HMC's test "
+                             "library, not of this build; unset it to use rdma-core");
     log().warn("RDMA over the in-process EMULATED fabric (verbs_emulation / HMC_VERBS_EMULATION=1): "
                "for tests only, nothing leaves this process");
-    return EmulatedFabric::shared();
+    return emulated();
   }
   return make_ibverbs_api();
 }

@@ -3,12 +3,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <string>
 
 #include "hmc/error.hpp"
-#include "staging/emulated_device.hpp"
+#include "staging/device_stand_in.hpp"
 
 namespace hmc::detail {
 
@@ -49,8 +51,27 @@ bool is_device_memory(MemoryType type) noexcept {
   return type != MemoryType::CPU && type != MemoryType::DEFAULT;
 }
 
+namespace {
+// One slot per memory type (the enum's values are small).
+std::array<std::atomic<DeviceStandIn*>, 8> g_stand_ins{};
+
+std::atomic<DeviceStandIn*>* stand_in_slot(MemoryType type) noexcept {
+  const auto i = static_cast<std::size_t>(type);
+  return is_device_memory(type) && i < g_stand_ins.size() ? &g_stand_ins[i] : nullptr;
+}
+}  // namespace
+
+void DeviceStandIn::set(MemoryType type, DeviceStandIn* stand_in) noexcept {
+  if (auto* slot = stand_in_slot(type)) slot->store(stand_in);
+}
+
+DeviceStandIn* DeviceStandIn::of(MemoryType type) noexcept {
+  auto* slot = stand_in_slot(type);
+  return slot != nullptr ? slot->load() : nullptr;
+}
+
 std::shared_ptr<DeviceCopier> open_device_copier(MemoryType type, int device_id) {
-  if (device_emulated(type)) return open_emulated_copier(type, device_id);
+  if (DeviceStandIn* stand_in = DeviceStandIn::of(type)) return stand_in->open_copier(device_id);
   switch (type) {
 #ifdef HMC_HAVE_CUDA
     case MemoryType::NVIDIA_GPU: return open_cuda_copier(device_id);
@@ -65,7 +86,7 @@ std::shared_ptr<DeviceCopier> open_device_copier(MemoryType type, int device_id)
 }
 
 std::shared_ptr<Memory> device_memory(MemoryType type, int device_id) {
-  if (device_emulated(type)) return std::make_shared<EmulatedDeviceMemory>(type, device_id);
+  if (DeviceStandIn* stand_in = DeviceStandIn::of(type)) return stand_in->memory(device_id);
   return std::shared_ptr<Memory>(Memory::create(type, device_id));
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The device-copy seam of GPU staging: asynchronous copies between host memory and one device's
 // memory, each reported once through a completion fd the event loop waits on, and the pinned host
-// memory those copies need to run asynchronously. CUDA, HIP and a test-only emulation implement it.
+// memory those copies need to run asynchronously. CUDA and HIP implement it (and the tests' device
+// emulation, through DeviceStandIn).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -61,9 +62,9 @@ class DeviceCopier {
 // Whether memory of this type lives on a device (needs a device copy to reach host memory).
 bool is_device_memory(MemoryType type) noexcept;
 // The copier for device memory of `type`: CUDA or HIP (streams with completion callbacks), or the
-// emulation while a test enabled it. UnsupportedError when this build has no backend for it.
+// type's DeviceStandIn while one is set. UnsupportedError when this build has no backend for it.
 std::shared_ptr<DeviceCopier> open_device_copier(MemoryType type, int device_id);
-// Allocator of a session's device buffer: Memory::create, or the emulation while a test enabled it.
+// Allocator of a session's device buffer: Memory::create, or the type's DeviceStandIn while one is set.
 std::shared_ptr<Memory> device_memory(MemoryType type, int device_id);
 
 }  // namespace hmc::detail

@@ -1,4 +1,5 @@
 // The seam's real implementation: one call into libibverbs per method, nothing else.
+#include <atomic>
 #include <cerrno>
 
 #include "verbs/verbs_api.hpp"
@@ -66,5 +67,13 @@ class IbverbsApi final : public VerbsApi {
 }  // namespace
 
 std::shared_ptr<VerbsApi> make_ibverbs_api() { return std::make_shared<IbverbsApi>(); }
+
+namespace {
+std::atomic<VerbsApiFactory> g_emulated_verbs{nullptr};
+}  // namespace
+
+void register_emulated_verbs(VerbsApiFactory factory) noexcept { g_emulated_verbs.store(factory); }
+
+VerbsApiFactory emulated_verbs() noexcept { return g_emulated_verbs.load(); }
 
 }  // namespace hmc::detail

@@ -1,7 +1,7 @@
 #pragma once
 // The seam between VerbsTransport and the RDMA stack: exactly the verbs calls the transport makes,
-// with libibverbs' own types. One implementation calls rdma-core (real hardware); the other is the
-// in-process emulated fabric the tests run the unchanged transport over (emulated_verbs.hpp).
+// with libibverbs' own types. The product's implementation calls rdma-core (real hardware); the
+// tests register an in-process emulated fabric to run the unchanged transport over.
 // Calls return what the verbs call returns (0 or an errno value, nullptr with errno set).
 #include <infiniband/verbs.h>
 
@@ -49,5 +49,11 @@ class VerbsApi {
 
 // The real thing: libibverbs (and whatever provider rdma-core loads for the device).
 std::shared_ptr<VerbsApi> make_ibverbs_api();
+
+// The emulated fabric SessionOptions::verbs_emulation and HMC_VERBS_EMULATION=1 ask for: registered
+// by the test library when it is linked in, absent (nullptr) from the product.
+using VerbsApiFactory = std::shared_ptr<VerbsApi> (*)();
+void register_emulated_verbs(VerbsApiFactory factory) noexcept;
+VerbsApiFactory emulated_verbs() noexcept;
 
 }  // namespace hmc::detail
