@@ -10,8 +10,12 @@ void register_error_translator();
 void bind_session(pybind11::module_& m);
 // Log level and the queue that carries C++ log lines to a Python logger (log_bindings.cpp).
 void bind_logging(pybind11::module_& m);
+// Store and StoreServer (store_bindings.cpp).
+void bind_store(pybind11::module_& m);
+// TransferEngine (transfer_engine_bindings.cpp).
+void bind_transfer_engine(pybind11::module_& m);
 
 }  // namespace hmc::python
 
-// Store, StoreServer, World and result buffers (world_bindings.cpp).
+// World, its operations and their result buffers (world_bindings.cpp).
 void bind_world(pybind11::module_& m);

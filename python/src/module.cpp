@@ -8,5 +8,7 @@ PYBIND11_MODULE(_hmc, m) {
   hmc::python::register_error_translator();
   hmc::python::bind_session(m);
   hmc::python::bind_logging(m);
+  hmc::python::bind_store(m);
   bind_world(m);
+  hmc::python::bind_transfer_engine(m);
 }

@@ -1,169 +1,17 @@
-// _hmc bindings of the world layer: Store, StoreServer, World (collectives as operations that
-// complete without the GIL, waited for blocking or drained by asyncio through an eventfd) and
-// zero-copy result buffers. The Python package (hmc/world.py, store.py, mf.py) adds the API.
+// _hmc bindings of the World: collectives as operations that complete without the GIL, waited for
+// blocking or drained by asyncio through an eventfd, and their zero-copy result buffers. The Python
+// package (hmc/world.py) adds the API.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <set>
-
 #include "bindings.hpp"
-#include "buffer_view.hpp"
-#include "completion_queue.hpp"
-#include "hmc/error.hpp"
-#include "hmc/runtime/deadline.hpp"
-#include "hmc/store/store.hpp"
-#include "hmc/store/store_server.hpp"
-#include "hmc/world/transfer_engine.hpp"
-#include "hmc/world/world.hpp"
+#include "world_op.hpp"
+#include "world_options.hpp"
 
 namespace py = pybind11;
 
 namespace hmc::python {
 namespace {
-
-using Seconds = std::optional<double>;
-
-// None: the default (0 means "the world's/store's own timeout" below).
-std::chrono::milliseconds to_ms(Seconds s) {
-  if (!s) return std::chrono::milliseconds(0);
-  auto ms = runtime::seconds_to_ms(*s);
-  if (!ms) throw InvalidArgumentError("timeout must be a number of seconds >= 0 (None: the default)");
-  return std::max(*ms, std::chrono::milliseconds(1));
-}
-
-// Bytes owned by C++ and lent to Python through the buffer protocol (NumPy views them, no copy).
-struct ByteVector {
-  std::vector<std::byte> data;
-};
-
-struct PyBlocks {
-  Blocks blocks;
-};
-
-py::buffer_info bytes_info(std::vector<std::byte>& v) {
-  return py::buffer_info(v.data(), 1, py::format_descriptor<std::uint8_t>::format(), 1, {v.size()}, {1});
-}
-
-// One collective submitted from Python: completed on the loop thread (no GIL), waited for with the
-// GIL released, or announced to asyncio through the world's completion queue.
-class WorldOp {
- public:
-  WorldOp(std::uint64_t id, std::shared_ptr<CompletionQueue> queue) : id_(id), queue_(std::move(queue)) {}
-
-  std::uint64_t id() const { return id_; }
-
-  void complete(std::exception_ptr e, detail::CollectiveResult r) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      error_ = std::move(e);
-      result_ = std::move(r);
-      done_ = true;
-    }
-    cv_.notify_all();
-    if (queue_) queue_->push(id_);
-  }
-
-  bool done() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return done_;
-  }
-
-  // timeout None: without limit; inf or years saturate (Op::wait's rule), NaN and negatives are refused.
-  bool wait(Seconds timeout) {
-    std::optional<std::chrono::milliseconds> limit;
-    if (timeout) {
-      limit = runtime::seconds_to_ms(*timeout);
-      if (!limit) throw InvalidArgumentError("timeout must be a number of seconds >= 0 (None: without limit)");
-    }
-    py::gil_scoped_release release;
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!limit) {
-      cv_.wait(lock, [&] { return done_; });
-      return true;
-    }
-    return cv_.wait_until(lock, runtime::deadline_after(*limit), [&] { return done_; });
-  }
-
-  // None, a ByteVector (broadcast, scatter) or Blocks; raises the collective's error. Releases the
-  // Python objects the collective read or wrote.
-  py::object result(const char* shape) {
-    if (!done()) throw InvalidArgumentError("result() before the collective completed: wait() first");
-    views_.clear();
-    keep_ = py::none();
-    if (error_) std::rethrow_exception(error_);
-    const std::string s = shape;
-    if (s == "bytes") return py::cast(ByteVector{std::move(result_.bytes)});
-    if (s == "blocks") return py::cast(PyBlocks{std::move(result_.blocks)});
-    return py::none();
-  }
-
-  // Inputs and outputs the collective uses: held until it completes.
-  std::span<const std::byte> hold_in(py::handle obj, const char* role) {
-    views_.push_back(std::make_unique<BufferView>(obj, false, role));
-    return {static_cast<const std::byte*>(views_.back()->data()), views_.back()->size()};
-  }
-  std::span<std::byte> hold_out(py::handle obj, const char* role) {
-    views_.push_back(std::make_unique<BufferView>(obj, true, role));
-    return {static_cast<std::byte*>(views_.back()->data()), views_.back()->size()};
-  }
-  void keep(py::object o) { keep_ = std::move(o); }
-
- private:
-  const std::uint64_t id_;
-  const std::shared_ptr<CompletionQueue> queue_;
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
-  detail::CollectiveResult result_;
-  std::vector<std::unique_ptr<BufferView>> views_;
-  py::object keep_ = py::none();
-};
-
-template <class T>
-T opt(const py::dict& d, const char* key, T fallback) {
-  return d.contains(key) && !d[key].is_none() ? d[key].cast<T>() : fallback;
-}
-
-WorldOptions world_options(const py::dict& d) {
-  static const std::set<std::string> known = {
-      "buffer_size", "ucx_tls", "ucx_net_devices", "progress_mode", "timeout", "ctrl_uds_dir", "job_id", "auth_key",
-      "authenticate", "start_store", "local_ip", "full_mesh", "store_timeout", "lease_ttl", "max_inflight"};
-  for (auto item : d)
-    if (!known.count(item.first.cast<std::string>()))
-      throw InvalidArgumentError("unknown world option '" + item.first.cast<std::string>() + "'");
-  WorldOptions o;
-  o.session.buffer_size = opt<std::size_t>(d, "buffer_size", std::size_t{64} << 20);
-  o.session.ucx_tls = opt<std::string>(d, "ucx_tls", "");
-  o.session.ucx_net_devices = opt<std::string>(d, "ucx_net_devices", "");
-  o.session.max_inflight = opt<std::size_t>(d, "max_inflight", o.session.max_inflight);
-  const auto mode = runtime::parse_progress_mode(opt<std::string>(d, "progress_mode", "event"));
-  if (!mode) throw InvalidArgumentError("progress_mode must be 'adaptive', 'event' or 'poll'");
-  o.session.progress_mode = *mode;
-  const auto timeout = to_ms(opt<double>(d, "timeout", 30.0));
-  o.session.timeout = timeout;
-  o.timeout = timeout;
-  o.store.timeout = d.contains("store_timeout") && !d["store_timeout"].is_none() ? to_ms(d["store_timeout"].cast<double>()) : timeout;
-  o.store.lease_ttl = std::chrono::seconds(opt<long>(d, "lease_ttl", 10));
-  if (auto dir = opt<std::string>(d, "ctrl_uds_dir", ""); !dir.empty()) o.session.ctrl.uds_dir = dir;
-  o.store.job_id = opt<std::string>(d, "job_id", "");
-  o.session.auth_key = opt<std::string>(d, "auth_key", "");  // the store takes the session's (take_session_auth)
-  o.session.authenticate = opt<bool>(d, "authenticate", true);
-  o.store.auth_key = o.session.auth_key;
-  o.store.authenticate = o.session.authenticate;
-  if (d.contains("start_store") && !d["start_store"].is_none()) o.start_store = d["start_store"].cast<bool>();
-  o.local_ip = opt<std::string>(d, "local_ip", "");
-  o.full_mesh = opt<bool>(d, "full_mesh", false);
-  return o;
-}
-
-StoreOptions store_options(const py::dict& d) {
-  WorldOptions w = world_options(d);
-  return w.store;
-}
 
 class PyWorld {
  public:
@@ -185,9 +33,7 @@ class PyWorld {
   int completion_fd() const { return queue_->fd(); }
   std::vector<std::uint64_t> drain() { return queue_->drain(); }
 
-  std::shared_ptr<WorldOp> op(bool notify) {
-    return std::make_shared<WorldOp>(next_id_++, notify ? queue_ : nullptr);
-  }
+  std::shared_ptr<WorldOp> op(bool notify) { return std::make_shared<WorldOp>(next_id_++, notify ? queue_ : nullptr); }
   static auto done_fn(const std::shared_ptr<WorldOp>& o) {
     return [o](std::exception_ptr e) { o->complete(std::move(e), {}); };
   }
@@ -233,9 +79,8 @@ class PyWorld {
     return o;
   }
   std::shared_ptr<WorldOp> all_gather(py::object in, py::object out, Seconds t, bool notify) {
-    return in_to_out(in, out, notify, "all_gather input", "all_gather output", [&](auto i, auto u, auto done) {
-      w().async_all_gather(i, u, to_ms(t), std::move(done));
-    });
+    return in_to_out(in, out, notify, "all_gather input", "all_gather output",
+                     [&](auto i, auto u, auto done) { w().async_all_gather(i, u, to_ms(t), std::move(done)); });
   }
   std::shared_ptr<WorldOp> all_gather_v(py::object in, Seconds t, bool notify) {
     auto o = op(notify);
@@ -255,9 +100,8 @@ class PyWorld {
     return o;
   }
   std::shared_ptr<WorldOp> all_to_all(py::object in, py::object out, Seconds t, bool notify) {
-    return in_to_out(in, out, notify, "all_to_all input", "all_to_all output", [&](auto i, auto u, auto done) {
-      w().async_all_to_all(i, u, to_ms(t), std::move(done));
-    });
+    return in_to_out(in, out, notify, "all_to_all input", "all_to_all output",
+                     [&](auto i, auto u, auto done) { w().async_all_to_all(i, u, to_ms(t), std::move(done)); });
   }
   std::shared_ptr<WorldOp> all_to_all_v(const py::list& blocks, Seconds t, bool notify) {
     auto o = op(notify);
@@ -312,86 +156,6 @@ class PyWorld {
   std::atomic<std::uint64_t> next_id_{1};
 };
 
-class PyEngine {
- public:
-  PyEngine(const std::string& url, const std::string& id, const py::dict& options) {
-    WorldOptions w = world_options(options);
-    TransferEngineOptions o;
-    o.session = w.session;
-    o.store = w.store;
-    o.local_ip = w.local_ip;
-    o.timeout = w.timeout;
-    py::gil_scoped_release release;
-    engine_ = std::make_unique<TransferEngine>(url, id, std::move(o));
-  }
-  TransferEngine& e() {
-    if (!engine_) throw ClosedError("the transfer engine is closed");
-    return *engine_;
-  }
-  // The local side is an address (memfabric passes pointers as ints); the caller keeps it valid.
-  std::shared_ptr<WorldOp> submit(bool is_write, const std::string& peer, const std::vector<std::uintptr_t>& local,
-                                  const std::vector<std::uint64_t>& remote, const std::vector<std::size_t>& lengths,
-                                  bool notify) {
-    if (local.size() != remote.size() || local.size() != lengths.size())
-      throw InvalidArgumentError("buffers, peer addresses and lengths must have the same length");
-    std::vector<TransferPiece> pieces;
-    for (std::size_t i = 0; i < local.size(); ++i)
-      pieces.push_back(TransferPiece{reinterpret_cast<void*>(local[i]), remote[i], lengths[i]});
-    auto o = std::make_shared<WorldOp>(next_id_++, notify ? queue_ : nullptr);
-    auto done = [o](std::exception_ptr err) { o->complete(std::move(err), {}); };
-    if (is_write) {
-      e().async_write_batch(peer, std::move(pieces), done);
-    } else {
-      if (pieces.size() != 1) throw InvalidArgumentError("a read takes one buffer");
-      e().async_read(peer, pieces[0].local, pieces[0].peer_address, pieces[0].length, done);
-    }
-    return o;
-  }
-  int completion_fd() const { return queue_->fd(); }
-  std::vector<std::uint64_t> drain() { return queue_->drain(); }
-  void close() {
-    if (!engine_) return;
-    py::gil_scoped_release release;
-    engine_.reset();
-  }
-
- private:
-  std::unique_ptr<TransferEngine> engine_;
-  std::shared_ptr<CompletionQueue> queue_ = std::make_shared<CompletionQueue>();
-  std::atomic<std::uint64_t> next_id_{1};
-};
-
-class PyStore {
- public:
-  PyStore(const std::string& url, const py::dict& options) {
-    StoreOptions o = store_options(options);
-    py::gil_scoped_release release;
-    store_ = std::make_unique<Store>(url, o);
-  }
-  Store& s() {
-    if (!store_) throw ClosedError("the store is closed");
-    return *store_;
-  }
-  std::chrono::milliseconds wait_of(Seconds t) {
-    const auto ms = to_ms(t);
-    return ms.count() == 0 ? s().options().timeout : ms;
-  }
-  void close() {
-    if (!store_) return;
-    py::gil_scoped_release release;
-    store_.reset();
-  }
-
- private:
-  std::unique_ptr<Store> store_;
-};
-
-std::string as_string(py::handle v, const char* what) {
-  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
-  BufferView view(v, false, what);
-  return std::string(static_cast<const char*>(view.data()), view.size());
-}
-
 }  // namespace
 }  // namespace hmc::python
 
@@ -419,10 +183,11 @@ void bind_world(py::module_& m) {
       .def(py::init<std::uint32_t, std::uint32_t, const py::dict&>())
       .def_property_readonly("rank", [](PyWorld& w) { return w.w().rank(); })
       .def_property_readonly("size", [](PyWorld& w) { return w.w().size(); })
-      .def("address", [](PyWorld& w) {
-        const auto a = w.w().address();
-        return py::make_tuple(a.ip, a.ctrl_port);
-      })
+      .def("address",
+           [](PyWorld& w) {
+             const auto a = w.w().address();
+             return py::make_tuple(a.ip, a.ctrl_port);
+           })
       .def("join",
            [](PyWorld& w, const std::vector<std::pair<std::string, std::uint16_t>>& dir) {
              std::vector<PeerAddress> v;
@@ -471,107 +236,4 @@ void bind_world(py::module_& m) {
              return s.ctrl_recv(peer, ms.count() == 0 ? s.options().timeout : ms);
            })
       .def("close", &PyWorld::close);
-
-  py::class_<PyStore>(m, "Store")
-      .def(py::init<const std::string&, const py::dict&>())
-      .def_property_readonly("url", [](PyStore& s) { return s.s().url(); })
-      .def_property_readonly("job_id", [](PyStore& s) { return s.s().job_id(); })
-      .def("set",
-           [](PyStore& s, const std::string& key, py::handle value) {
-             const std::string v = as_string(value, "store value");
-             auto& st = s.s();
-             py::gil_scoped_release release;
-             st.set(key, v);
-           })
-      .def("get",
-           [](PyStore& s, const std::string& key, Seconds t) {
-             auto& st = s.s();
-             const auto ms = s.wait_of(t);
-             std::string v;
-             {
-               py::gil_scoped_release release;
-               v = st.get(key, ms);
-             }
-             return py::bytes(v);
-           })
-      .def("wait",
-           [](PyStore& s, const std::vector<std::string>& keys, Seconds t) {
-             auto& st = s.s();
-             const auto ms = s.wait_of(t);
-             py::gil_scoped_release release;
-             st.wait(keys, ms);
-           })
-      .def("add",
-           [](PyStore& s, const std::string& key, std::int64_t delta) {
-             auto& st = s.s();
-             py::gil_scoped_release release;
-             return st.add(key, delta);
-           })
-      .def("compare_set",
-           [](PyStore& s, const std::string& key, py::handle expected, py::handle desired) {
-             const std::string e = as_string(expected, "expected value"), d = as_string(desired, "desired value");
-             auto& st = s.s();
-             std::string v;
-             {
-               py::gil_scoped_release release;
-               v = st.compare_set(key, e, d);
-             }
-             return py::bytes(v);
-           })
-      .def("delete",
-           [](PyStore& s, const std::string& key) {
-             auto& st = s.s();
-             py::gil_scoped_release release;
-             return st.erase(key);
-           })
-      .def("check",
-           [](PyStore& s, const std::vector<std::string>& keys) {
-             auto& st = s.s();
-             py::gil_scoped_release release;
-             return st.check(keys);
-           })
-      .def("local_address", [](PyStore& s) { return s.s().local_address(); })
-      .def("close", &PyStore::close);
-
-  py::class_<PyEngine>(m, "TransferEngine")
-      .def(py::init<const std::string&, const std::string&, const py::dict&>())
-      .def_property_readonly("rank", [](PyEngine& e) { return e.e().rank(); })
-      .def("rpc_port", [](PyEngine& e) { return e.e().rpc_port(); })
-      .def("register_memory",
-           [](PyEngine& e, std::uintptr_t address, std::size_t length) {
-             auto& engine = e.e();
-             py::gil_scoped_release release;
-             engine.register_memory(reinterpret_cast<void*>(address), length);
-           })
-      .def("unregister_memory",
-           [](PyEngine& e, std::uintptr_t address) {
-             auto& engine = e.e();
-             py::gil_scoped_release release;
-             engine.unregister_memory(reinterpret_cast<void*>(address));
-           })
-      .def("submit", &PyEngine::submit)
-      .def("completion_fd", &PyEngine::completion_fd)
-      .def("drain", &PyEngine::drain)
-      .def("close", &PyEngine::close);
-
-  py::class_<StoreServer>(m, "StoreServer")
-      .def(py::init([](const std::string& auth_key, bool authenticate, std::size_t max_connections) {
-             StoreServerOptions o;
-             o.auth_key = auth_key;
-             o.authenticate = authenticate;
-             o.max_connections = max_connections;
-             return std::make_unique<StoreServer>(o);
-           }),
-           py::arg("auth_key") = "", py::arg("authenticate") = true, py::arg("max_connections") = 4096)
-      .def("listen",
-           [](StoreServer& s, const std::string& host, std::uint16_t port) {
-             py::gil_scoped_release release;
-             return s.listen(host, port);
-           })
-      .def("connections", &StoreServer::connections)
-      .def("keys", &StoreServer::keys)
-      .def("close", [](StoreServer& s) {
-        py::gil_scoped_release release;
-        s.close();
-      });
 }

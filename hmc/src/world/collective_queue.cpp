@@ -11,7 +11,8 @@ namespace hmc::detail {
 using Kind = CollectiveCall::Kind;
 using std::chrono::milliseconds;
 
-void WorldImpl::submit(CollectiveCall call, asio::any_completion_handler<void(std::exception_ptr, CollectiveResult)> done) {
+void WorldImpl::submit(CollectiveCall call,
+                       asio::any_completion_handler<void(std::exception_ptr, CollectiveResult)> done) {
   if (shut_) {
     runtime::complete_later(ex, std::move(done), std::make_exception_ptr(ClosedError("the world is closed")),
                             CollectiveResult{});
@@ -71,12 +72,13 @@ asio::awaitable<void> WorldImpl::poison(const Fault& f, const char* collective, 
     if (p != f.culprit || f.status != Status::PEER_LOST) send(b, p, m);
   if (store != nullptr) {
     // Ranks not connected to this one (waiting to be dialed, say) learn it from the store.
-    const std::string what = f.status == Status::PEER_LOST ? rank_name(f.culprit) + " was lost"
-                                                          : std::string(hmc::to_string(f.status)) + " at " + rank_name(f.culprit);
+    const std::string what = f.status == Status::PEER_LOST
+                                 ? rank_name(f.culprit) + " was lost"
+                                 : std::string(hmc::to_string(f.status)) + " at " + rank_name(f.culprit);
     b->add();
     store->async_compare_set("world/abort", "",
-                             std::to_string(static_cast<unsigned>(f.status)) + " " + std::to_string(f.culprit) + " " + what +
-                                 " (reported by " + rank_name(rank) + ")",
+                             std::to_string(static_cast<unsigned>(f.status)) + " " + std::to_string(f.culprit) + " " +
+                                 what + " (reported by " + rank_name(rank) + ")",
                              [b](std::exception_ptr, std::string) { b->done(std::nullopt); });
   }
   co_await b->drain(runtime::deadline_after(std::chrono::seconds(1)));
@@ -90,8 +92,8 @@ asio::awaitable<void> WorldImpl::run(CollectiveCall& c, CollectiveResult& r) {
   try {
     if (aborted_) throw *aborted_;
     if ((c.kind == Kind::broadcast || c.kind == Kind::gather || c.kind == Kind::scatter) && c.root >= size)
-      throw Fault{Status::INVALID_ARGUMENT, rank, "root " + std::to_string(c.root) + " is not a rank of a world of " +
-                                                      std::to_string(size)};
+      throw Fault{Status::INVALID_ARGUMENT, rank,
+                  "root " + std::to_string(c.root) + " is not a rank of a world of " + std::to_string(size)};
     switch (c.kind) {
       case Kind::barrier: co_await barrier(deadline); break;
       case Kind::broadcast: co_await broadcast(c, r, deadline); break;

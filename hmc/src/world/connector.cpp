@@ -119,16 +119,17 @@ void Connector::dial(std::uint32_t peer, time_point deadline) {
     session_.connect(peer, rank_, a.ip, 0, a.ctrl_port);
   } catch (const Error& e) {
     const Status s = e.status() == Status::CLOSED || e.status() == Status::TIMEOUT ? e.status() : Status::PEER_LOST;
-    throw Fault{s, s == Status::CLOSED ? rank_ : peer,
-                "cannot connect to " + rank_name(peer) + " at " + a.ip + ":" + std::to_string(a.ctrl_port) + ": " +
-                    e.what()};
+    throw Fault{
+        s, s == Status::CLOSED ? rank_ : peer,
+        "cannot connect to " + rank_name(peer) + " at " + a.ip + ":" + std::to_string(a.ctrl_port) + ": " + e.what()};
   }
 }
 
 void Connector::ring(std::uint32_t peer) {
   if (store_ == nullptr)
-    throw Fault{Status::NOT_CONNECTED, peer, rank_name(peer) + " must dial this rank (the higher rank dials): call connect(" +
-                                                 std::to_string(rank_) + ") there"};
+    throw Fault{Status::NOT_CONNECTED, peer,
+                rank_name(peer) + " must dial this rank (the higher rank dials): call connect(" +
+                    std::to_string(rank_) + ") there"};
   try {
     const auto k = store_->add(key(peer, "bells"), 1) - 1;
     store_->set(key(peer, "bell/" + std::to_string(k)), std::to_string(rank_));
@@ -137,7 +138,8 @@ void Connector::ring(std::uint32_t peer) {
   }
 }
 
-void Connector::connect_now(const std::vector<std::uint32_t>& peers, time_point deadline, bool ring_bell, bool announce) {
+void Connector::connect_now(const std::vector<std::uint32_t>& peers, time_point deadline, bool ring_bell,
+                            bool announce) {
   const auto have = session_.peers();
   auto linked = [&](std::uint32_t p) { return std::find(have.begin(), have.end(), p) != have.end(); };
   for (std::uint32_t p : peers) {
@@ -171,7 +173,7 @@ asio::awaitable<std::optional<Fault>> Connector::connect(const std::vector<std::
       } catch (const Fault& e) {
         f = e;
       }
-      asio::post(self->session_.executor(), [h, f]() mutable { std::move(*h)(f); });
+      asio::post(self->session_.executor(), [h, f]() mutable { std::move (*h)(f); });
     });
   };
   co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(Outcome)>(initiate, asio::use_awaitable);
@@ -181,7 +183,8 @@ asio::awaitable<void> Connector::doorbells() {
   auto self = shared_from_this();
   for (;;) {
     std::string bell = key(rank_, "bell/" + std::to_string(bells_seen_));
-    auto [e, who] = co_await store_->async_get(std::move(bell), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
+    auto [e, who] =
+        co_await store_->async_get(std::move(bell), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
     if (stopped_) co_return;
     if (e) {
       const auto ended = watch_ended(e);

@@ -50,8 +50,8 @@ class Connector : public std::enable_shared_from_this<Connector> {
   void connect_now(const std::vector<std::uint32_t>& peers, time_point deadline, bool ring, bool announce = false);
   // From a coroutine on the Session's loop: connect_now on the connector thread.
   // (A reference parameter: GCC 12 may destroy by-value coroutine parameters twice inside co_await.)
-  asio::awaitable<std::optional<Fault>> connect(const std::vector<std::uint32_t>& wanted, time_point deadline, bool ring,
-                                                bool announce = false);
+  asio::awaitable<std::optional<Fault>> connect(const std::vector<std::uint32_t>& wanted, time_point deadline,
+                                                bool ring, bool announce = false);
   // Runs job on the connector thread (dropped once it stops).
   void post(std::function<void()> job);
 

@@ -90,7 +90,8 @@ void reduce_typed(std::byte* acc, const std::byte* src, std::size_t count, Reduc
       // Integers wrap like NumPy's and torch's sums (unsigned arithmetic: no undefined overflow).
       if constexpr (std::is_integral_v<T>) {
         using U = std::make_unsigned_t<T>;
-        return apply<T>(acc, src, count, [](T x, T y) { return static_cast<T>(static_cast<U>(x) + static_cast<U>(y)); });
+        return apply<T>(acc, src, count,
+                        [](T x, T y) { return static_cast<T>(static_cast<U>(x) + static_cast<U>(y)); });
       } else {
         return apply<T>(acc, src, count, [](T x, T y) { return x + y; });
       }

@@ -8,14 +8,14 @@
 #include <set>
 #include <sstream>
 
-#include "wire/byte_order.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
-#include "world/batch.hpp"
-#include "world/connector.hpp"
 #include "store/store_handshake.hpp"
 #include "store/watch_ended.hpp"
+#include "wire/byte_order.hpp"
+#include "world/batch.hpp"
+#include "world/connector.hpp"
 
 namespace hmc {
 namespace detail {
@@ -54,8 +54,8 @@ std::optional<Message> decode(std::span<const std::byte> b) {
   const auto kind = std::to_integer<std::uint8_t>(b[4]);
   const auto status = std::to_integer<std::uint8_t>(b[5]);
   if (kind < 1 || kind > 3 || status > static_cast<std::uint8_t>(Status::AUTH_FAILED)) return std::nullopt;
-  return Message{static_cast<Kind>(kind), static_cast<Status>(status), load_le64(b.data() + 8),
-                 load_le64(b.data() + 16), load_le64(b.data() + 24), load_le64(b.data() + 32)};
+  return Message{static_cast<Kind>(kind),  static_cast<Status>(status), load_le64(b.data() + 8),
+                 load_le64(b.data() + 16), load_le64(b.data() + 24),    load_le64(b.data() + 32)};
 }
 
 milliseconds left(time_point deadline) {
@@ -228,8 +228,8 @@ class TransferEngineImpl : public std::enable_shared_from_this<TransferEngineImp
         const std::uint64_t id = next_id++;
         b->add();
         const std::uint64_t address = piece.peer_address + off;
-        pending.emplace(id, Pending{peer, [self, b, s, n, local, is_write, buf, peer_id, address](Status st,
-                                                                                                 const std::string& why) {
+        pending.emplace(id, Pending{peer, [self, b, s, n, local, is_write, buf, peer_id, address](
+                                              Status st, const std::string& why) {
                                       if (st == Status::SUCCESS && !is_write) std::memcpy(local, buf + s, n);
                                       self->release_slot(s);
                                       if (st == Status::SUCCESS) return b->done(std::nullopt);
@@ -293,7 +293,8 @@ TransferEngine::TransferEngine(const std::string& store_url, const std::string& 
   session_ = std::make_unique<Session>(options.session);
   store_ = std::make_unique<Store>(store_url, options.store, session_->event_loop());
   const std::int64_t n = store_->add("te/next_rank", 1) - 1;
-  if (n < 0 || n > static_cast<std::int64_t>(UINT32_MAX)) throw ProtocolError("the store handed out rank " + std::to_string(n));
+  if (n < 0 || n > static_cast<std::int64_t>(UINT32_MAX))
+    throw ProtocolError("the store handed out rank " + std::to_string(n));
   const auto rank = static_cast<std::uint32_t>(n);
   if (store_->compare_set("te/id/" + unique_id, "", std::to_string(rank)) != std::to_string(rank))
     throw InvalidConfigError("engine id '" + unique_id + "' is taken in job '" + store_->job_id() + "'");
@@ -357,7 +358,8 @@ void TransferEngine::submit(const std::shared_ptr<detail::TransferEngineImpl>& i
         try {
           co_await impl->transfer(is_write, peer, pieces);
         } catch (const detail::Fault& f) {
-          std::rethrow_exception(make_error(make_error_code(f.status), (is_write ? "write to " : "read from ") + f.what));
+          std::rethrow_exception(
+              make_error(make_error_code(f.status), (is_write ? "write to " : "read from ") + f.what));
         }
       },
       [h = std::move(h)](std::exception_ptr e) mutable { std::move(h)(e); });

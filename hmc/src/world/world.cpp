@@ -221,8 +221,7 @@ auto World::block_on(detail::CollectiveCall::Kind kind, milliseconds timeout, St
 }
 
 void World::barrier(milliseconds timeout) {
-  block_on(detail::CollectiveCall::Kind::barrier, timeout,
-           [&](auto token) { return async_barrier(timeout, token); });
+  block_on(detail::CollectiveCall::Kind::barrier, timeout, [&](auto token) { return async_barrier(timeout, token); });
 }
 
 std::vector<std::byte> World::broadcast(std::vector<std::byte> data, std::uint32_t root, milliseconds timeout) {

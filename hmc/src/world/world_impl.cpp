@@ -8,9 +8,7 @@
 
 namespace hmc::detail {
 
-std::string rank_key(std::uint32_t rank, const char* what) {
-  return "world/" + std::to_string(rank) + "/" + what;
-}
+std::string rank_key(std::uint32_t rank, const char* what) { return "world/" + std::to_string(rank) + "/" + what; }
 
 std::string rank_name(std::uint32_t r) { return "rank " + std::to_string(r); }
 
@@ -69,7 +67,8 @@ asio::awaitable<void> WorldImpl::watch_aborts() {
   auto self = shared_from_this();
   for (;;) {
     std::string key = "world/abort";
-    auto [e, text] = co_await store->async_get(std::move(key), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
+    auto [e, text] =
+        co_await store->async_get(std::move(key), std::chrono::hours(1), asio::as_tuple(asio::use_awaitable));
     if (shut_) co_return;
     if (e) {
       if (!watch_ended(e)) continue;

@@ -115,7 +115,7 @@ class WorldImpl : public std::enable_shared_from_this<WorldImpl> {
 
   std::uint64_t seq_ = 0;
   std::exception_ptr poisoned_;
-  std::optional<Fault> aborted_;                        // announced through the store
+  std::optional<Fault> aborted_;  // announced through the store
   std::set<std::shared_ptr<ConnectWait>> waits_;
   std::deque<Job> queue_;
   bool running_ = false;
