@@ -88,7 +88,8 @@ Options parse_options(int argc, char** argv) {
   }
   if (o.role != "loopback" && o.role != "server" && o.role != "client")
     throw std::invalid_argument("--role must be loopback, server or client");
-  if (o.depth == 0 || o.peers == 0 || o.sizes.empty()) throw std::invalid_argument("--depth, --peers, --sizes must be > 0");
+  if (o.depth == 0 || o.peers == 0 || o.sizes.empty())
+    throw std::invalid_argument("--depth, --peers, --sizes must be > 0");
   for (const auto& t : o.tests)
     if (t != "put_bw" && t != "get_bw" && t != "put_lat" && t != "get_lat" && t != "batch" && t != "pipeline" &&
         t != "idle" && t != "put_sync" && t != "tag_lat" && t != "notify_lat")

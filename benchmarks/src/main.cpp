@@ -31,8 +31,8 @@ namespace asio = runtime::asio;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-const char* const kTests[] = {"put_bw", "get_bw",   "put_lat", "get_lat", "batch",     "pipeline",
-                              "idle",   "put_sync", "tag_lat", "notify_lat"};
+const char* const kTests[] = {"put_bw",   "get_bw", "put_lat",  "get_lat", "batch",
+                              "pipeline", "idle",   "put_sync", "tag_lat", "notify_lat"};
 constexpr auto kIdleTime = 1s;  // the idle test: connected, nothing sent
 constexpr std::uint32_t kFinish = 99;
 constexpr std::size_t kPipelineChunk = 1u << 20;
@@ -141,10 +141,10 @@ long iterations(const Options& o, const std::string& test, std::size_t size) {
 
 // One lane: `n` sequential operations, each latency recorded. One clock read per operation (an
 // operation ends where the next begins): at 64 KiB on shared memory a second read was ~4% of an op.
-asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t peer, std::size_t size,
-                           std::size_t depth, long n, std::vector<double>& lat) {
+asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t peer, std::size_t size, std::size_t depth,
+                           long n, std::vector<double>& lat) {
   lat.reserve(lat.size() + static_cast<std::size_t>(n));  // no reallocation while measuring
-  const bool put_bw = test == "put_bw";  // compared once, not once per operation
+  const bool put_bw = test == "put_bw";                   // compared once, not once per operation
   auto t0 = clock_type::now();
   for (long i = 0; i < n; ++i) {
     if (put_bw) {
@@ -155,7 +155,7 @@ asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t pe
       co_await s.async_put(peer, 0, 0, size, asio::use_awaitable);
       co_await s.async_ctrl_send(peer, CtrlMessage::from_tag(static_cast<std::uint64_t>(i)), asio::use_awaitable);
       co_await s.async_ctrl_recv(peer, 60s, asio::use_awaitable);  // the peer's data is here too
-    } else if (test == "tag_lat") {  // put, then a tag; the peer answers the tag
+    } else if (test == "tag_lat") {                                // put, then a tag; the peer answers the tag
       co_await s.async_put(peer, 0, 0, size, asio::use_awaitable);
       co_await s.async_ctrl_send(peer, CtrlMessage::from_tag(static_cast<std::uint64_t>(i)), asio::use_awaitable);
       co_await s.async_ctrl_recv(peer, 60s, asio::use_awaitable);
@@ -222,9 +222,8 @@ Result measure(Session& s, const std::vector<Peer>& peers, const Options& o, con
     }
     std::vector<std::future<void>> done;
     for (std::size_t l = 0; l < lanes * peers.size(); ++l)
-      done.push_back(asio::co_spawn(s.executor(),
-                                    lane(s, test, peers[l % peers.size()].rank, size, o.depth, count, lat[l]),
-                                    asio::use_future));
+      done.push_back(asio::co_spawn(
+          s.executor(), lane(s, test, peers[l % peers.size()].rank, size, o.depth, count, lat[l]), asio::use_future));
     for (auto& f : done) finish(s, o, std::move(f));
   };
   std::vector<std::vector<double>> lat(lanes * peers.size());
@@ -285,21 +284,23 @@ void write_outputs(const Options& o, const std::vector<Result>& rs) {
       const auto& r = rs[i];
       f << "  {\"test\": \"" << r.test << "\", \"size\": " << r.size << ", \"depth\": " << r.depth
         << ", \"iters\": " << r.iters << ", \"seconds\": " << r.seconds << ", \"bw_mbps\": " << r.bw_mbps
-        << ", \"msg_rate\": " << r.msg_rate << ", \"bw_p50_mbps\": " << r.bw_p50_mbps << ", \"lat_p50_us\": " << r.p50_us << ", \"lat_p99_us\": " << r.p99_us
-        << ", \"lat_max_us\": " << r.max_us << ", \"cpu_s_per_gb\": " << r.cpu_s_per_gb
-        << ", \"cpu_pct\": " << r.cpu_pct << "}"
+        << ", \"msg_rate\": " << r.msg_rate << ", \"bw_p50_mbps\": " << r.bw_p50_mbps
+        << ", \"lat_p50_us\": " << r.p50_us << ", \"lat_p99_us\": " << r.p99_us << ", \"lat_max_us\": " << r.max_us
+        << ", \"cpu_s_per_gb\": " << r.cpu_s_per_gb << ", \"cpu_pct\": " << r.cpu_pct << "}"
         << (i + 1 < rs.size() ? ",\n" : "\n");
     }
     f << " ]}\n";
   }
   if (!o.csv.empty()) {
     std::ofstream f(o.csv);
-    f << "impl,tls,mode,test,size,depth,iters,seconds,bw_mbps,msg_rate,bw_p50_mbps,lat_p50_us,lat_p99_us,lat_max_us,cpu_s_per_gb,"
+    f << "impl,tls,mode,test,size,depth,iters,seconds,bw_mbps,msg_rate,bw_p50_mbps,lat_p50_us,lat_p99_us,lat_max_us,"
+         "cpu_s_per_gb,"
          "cpu_pct\n";
     for (const auto& r : rs)
       f << "hmc-cpp," << (o.tls.empty() ? "default" : o.tls) << "," << mode << "," << r.test << "," << r.size << ","
-        << r.depth << "," << r.iters << "," << r.seconds << "," << r.bw_mbps << "," << r.msg_rate << "," << r.bw_p50_mbps << "," << r.p50_us
-        << "," << r.p99_us << "," << r.max_us << "," << r.cpu_s_per_gb << "," << r.cpu_pct << "\n";
+        << r.depth << "," << r.iters << "," << r.seconds << "," << r.bw_mbps << "," << r.msg_rate << ","
+        << r.bw_p50_mbps << "," << r.p50_us << "," << r.p99_us << "," << r.max_us << "," << r.cpu_s_per_gb << ","
+        << r.cpu_pct << "\n";
   }
 }
 
@@ -317,19 +318,20 @@ int run_client(const Options& o, const std::vector<std::pair<std::uint32_t, std:
                 s.transports(peers.front().rank).c_str(), o.depth, peers.size());
   std::vector<Result> results;
   if (!o.quiet)
-    std::printf("%-9s %8s %8s %12s %12s %10s %10s %10s %10s %8s\n", "test", "size", "iters", "MB/s", "msg/s",
-                "p50 us", "p99 us", "max us", "CPU s/GB", "CPU %");
+    std::printf("%-9s %8s %8s %12s %12s %10s %10s %10s %10s %8s\n", "test", "size", "iters", "MB/s", "msg/s", "p50 us",
+                "p99 us", "max us", "CPU s/GB", "CPU %");
   const std::size_t total = o.tests.size() * o.sizes.size();
   std::size_t done = 0;
   for (const auto& test : o.tests) {
     for (std::size_t size : o.sizes) {
-      if (!o.quiet) std::fprintf(stderr, "\r[%zu/%zu] %s %s ...      ", ++done, total, test.c_str(), human(size).c_str());
+      if (!o.quiet)
+        std::fprintf(stderr, "\r[%zu/%zu] %s %s ...      ", ++done, total, test.c_str(), human(size).c_str());
       Result r = measure(s, peers, o, test, size);
       if (!o.quiet) {
         std::fprintf(stderr, "\r%60s\r", "");
         std::printf("%-9s %8s %8ld %12.1f %12.0f %10.2f %10.2f %10.2f %10.3f %8.2f\n", r.test.c_str(),
-                    human(r.size).c_str(), r.iters, r.bw_mbps, r.msg_rate, r.p50_us, r.p99_us, r.max_us,
-                    r.cpu_s_per_gb, r.cpu_pct);
+                    human(r.size).c_str(), r.iters, r.bw_mbps, r.msg_rate, r.p50_us, r.p99_us, r.max_us, r.cpu_s_per_gb,
+                    r.cpu_pct);
         std::fflush(stdout);
       }
       results.push_back(r);
@@ -351,9 +353,22 @@ std::vector<std::pair<pid_t, std::uint16_t>> spawn_servers(const Options& o) {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<std::string> args{o.self, "--role", "server", "--port", "0", "--host", o.host, "--mode",
-                                  std::string(runtime::to_string(o.mode)), "--net-devices", o.net_devices, "--sizes",
-                                  std::to_string(buffer_for(o)), "--rank", std::to_string(o.rank), "--server-rank",
+    std::vector<std::string> args{o.self,
+                                  "--role",
+                                  "server",
+                                  "--port",
+                                  "0",
+                                  "--host",
+                                  o.host,
+                                  "--mode",
+                                  std::string(runtime::to_string(o.mode)),
+                                  "--net-devices",
+                                  o.net_devices,
+                                  "--sizes",
+                                  std::to_string(buffer_for(o)),
+                                  "--rank",
+                                  std::to_string(o.rank),
+                                  "--server-rank",
                                   std::to_string(100 + i)};
     if (!o.tls.empty()) args.insert(args.end(), {"--tls", o.tls});
     std::vector<char*> argv;

@@ -8,8 +8,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,7 +101,9 @@ Args parse(int argc, char** argv) {
 }
 
 long iters_for(const std::string& test, std::size_t size, double scale) {
-  const long n = test == "barrier" ? 2000 : std::clamp<long>(static_cast<long>((256u << 20) / std::max<std::size_t>(size, 1) / 4), 5, 1000);
+  const long n = test == "barrier"
+                     ? 2000
+                     : std::clamp<long>(static_cast<long>((256u << 20) / std::max<std::size_t>(size, 1) / 4), 5, 1000);
   return std::max<long>(3, static_cast<long>(static_cast<double>(n) * scale));
 }
 
@@ -175,9 +177,23 @@ int run_all(Args a, const char* self) {
   if (::pipe(fds) != 0) throw std::runtime_error("pipe");
   std::vector<pid_t> pids;
   for (std::uint32_t r = 0; r < a.ranks; ++r) {
-    std::vector<std::string> argv{self, "--rank", std::to_string(r), "--url", a.url, "--ranks", std::to_string(a.ranks),
-                                  "--tls", a.tls, "--buffer", std::to_string(a.buffer), "--iter-scale",
-                                  std::to_string(a.iter_scale), "--mode", a.mode, "--sizes", ""};
+    std::vector<std::string> argv{self,
+                                  "--rank",
+                                  std::to_string(r),
+                                  "--url",
+                                  a.url,
+                                  "--ranks",
+                                  std::to_string(a.ranks),
+                                  "--tls",
+                                  a.tls,
+                                  "--buffer",
+                                  std::to_string(a.buffer),
+                                  "--iter-scale",
+                                  std::to_string(a.iter_scale),
+                                  "--mode",
+                                  a.mode,
+                                  "--sizes",
+                                  ""};
     for (auto s : a.sizes) argv.back() += (argv.back().empty() ? "" : ",") + std::to_string(s);
     argv.push_back("--tests");
     argv.push_back("");

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
         [&]() -> asio::awaitable<void> {
           for (long i = 0; i < round_trips; ++i) {
             const auto t0 = clock_type::now();
-            co_await client.async_send(0, hmc::CtrlMessage::from_tag(static_cast<std::uint64_t>(i)), asio::use_awaitable);
+            co_await client.async_send(0, hmc::CtrlMessage::from_tag(static_cast<std::uint64_t>(i)),
+                                       asio::use_awaitable);
             auto m = co_await client.async_recv(0, 10s, asio::use_awaitable);
             if (m.tag() != static_cast<std::uint64_t>(i)) throw std::runtime_error("echo out of order");
             rtt_us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());

@@ -79,8 +79,8 @@ bool run_transport(const std::string& tls, const Config& c) {
   measure(client, true, warm);
   for (bool put : {true, false}) {
     const double mbps = measure(client, put, c);
-    std::printf("[%s] %-3s %zu B x %ld, depth %zu: %.1f MB/s\n", tls.c_str(), put ? "put" : "get", c.size,
-                c.iterations, c.depth, mbps);
+    std::printf("[%s] %-3s %zu B x %ld, depth %zu: %.1f MB/s\n", tls.c_str(), put ? "put" : "get", c.size, c.iterations,
+                c.depth, mbps);
     std::printf("RESULT transport=%s op=%s size=%zu depth=%zu mbps=%.1f\n", tls.c_str(), put ? "put" : "get", c.size,
                 c.depth, mbps);
     std::fflush(stdout);

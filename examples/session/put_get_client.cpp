@@ -19,7 +19,7 @@ asio::awaitable<bool> run(hmc::Session& s, std::uint64_t size) {
   const std::uint64_t sum = std::accumulate(bytes.begin(), bytes.end(), std::uint64_t{0});
 
   // Without a completion token async_* return awaitables (Session::default_token).
-  co_await s.async_put(0, 0, 0, size);  // done = visible in the server's buffer
+  co_await s.async_put(0, 0, 0, size);                              // done = visible in the server's buffer
   co_await s.async_ctrl_send(0, hmc::CtrlMessage::from_tag(size));  // "data ready"
   const std::uint64_t server_sum = (co_await s.async_ctrl_recv(0, 60s)).tag();
   std::printf("client: put %llu bytes, checksum %llu, server computed %llu: %s\n",
@@ -31,7 +31,7 @@ asio::awaitable<bool> run(hmc::Session& s, std::uint64_t size) {
   std::string reply(expected.size(), '\0');
   s.buffer().read_to_cpu(reply.data(), reply.size(), 0);
   std::printf("client: got \"%s\" from the server's buffer\n", reply.c_str());
-  co_return sum == server_sum && reply == expected;
+  co_return sum == server_sum&& reply == expected;
 }
 
 int main(int argc, char** argv) {

@@ -25,8 +25,9 @@ class BufferView {
       PyErr_Clear();
       std::string type = py::str(py::type::handle_of(obj).attr("__name__"));
       if (!is_buffer && PyObject_CheckBuffer(obj.ptr()) == 0)
-        throw InvalidArgumentError(std::string(role) + ": a " + type +
-                                   " is not a buffer (pass bytes, bytearray, memoryview, a NumPy array or a CPU tensor)");
+        throw InvalidArgumentError(
+            std::string(role) + ": a " + type +
+            " is not a buffer (pass bytes, bytearray, memoryview, a NumPy array or a CPU tensor)");
       if (writable)
         throw InvalidArgumentError(std::string(role) + ": the " + type +
                                    " must be writable and C-contiguous (np.ascontiguousarray, or a bytearray)");

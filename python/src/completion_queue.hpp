@@ -73,8 +73,8 @@ class CompletionQueue {
   int efd_;
   std::mutex mutex_;
   std::vector<std::uint64_t> ids_;
-  bool signalled_ = false;          // the fd holds a count not yet read
-  std::thread::id collector_;       // the thread inside SessionHandle::progress(), if any
+  bool signalled_ = false;     // the fd holds a count not yet read
+  std::thread::id collector_;  // the thread inside SessionHandle::progress(), if any
 };
 
 }  // namespace hmc::python

@@ -129,8 +129,8 @@ bool SessionHandle::rma_wait(bool is_put, py::handle peer, py::handle port, py::
 // progresses until the operation is done (on shm it nearly always is). True when it completed
 // without an error: no Op, no queue entry, no asyncio future. Else its Op (still running, or
 // failed), which Python settles as any other; None, with nothing sent, when an argument is not plain.
-py::object SessionHandle::rma_start(bool is_put, py::handle peer, py::handle port, py::handle local,
-                                    py::handle remote, py::handle size) {
+py::object SessionHandle::rma_start(bool is_put, py::handle peer, py::handle port, py::handle local, py::handle remote,
+                                    py::handle size) {
   const auto a = plain_rma(peer, port, local, remote, size);
   if (!a) return py::none();
   auto completion = std::make_shared<OpCompletion>();
@@ -164,11 +164,12 @@ py::object SessionHandle::rma_start(bool is_put, py::handle peer, py::handle por
 void add_fast_calls(py::handle session_handle_class) {
   // Static: the method descriptors keep pointers to them.
   static PyMethodDef rma_wait{"rma_wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&rma_entry<true>)),
-                              METH_FASTCALL, "put/get with plain arguments, waited for; False: not taken (nothing sent)"};
-  static PyMethodDef rma_start{"rma_start",
-                               reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&rma_entry<false>)),
-                               METH_FASTCALL, "put/get with plain arguments, started and progressed: True (done), "
-                                              "an Op, or None (not taken, nothing sent)"};
+                              METH_FASTCALL,
+                              "put/get with plain arguments, waited for; False: not taken (nothing sent)"};
+  static PyMethodDef rma_start{
+      "rma_start", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&rma_entry<false>)), METH_FASTCALL,
+      "put/get with plain arguments, started and progressed: True (done), "
+      "an Op, or None (not taken, nothing sent)"};
   add_fast_method(session_handle_class, &rma_wait);
   add_fast_method(session_handle_class, &rma_start);
 }

@@ -106,8 +106,7 @@ Op SessionHandle::registered(bool is_put, const Registered& reg, std::size_t off
   });
 }
 
-Registered SessionHandle::register_memory(py::object obj, int mem_type, std::uintptr_t device_ptr,
-                                          std::size_t nbytes) {
+Registered SessionHandle::register_memory(py::object obj, int mem_type, std::uintptr_t device_ptr, std::size_t nbytes) {
   auto holder = std::make_shared<RegHolder>(lifetime_, obj);
   void* data = reinterpret_cast<void*>(device_ptr);
   std::size_t size = nbytes;
@@ -130,8 +129,8 @@ Op SessionHandle::put_notify(std::uint32_t rank, std::size_t local, std::size_t 
                 });
 }
 
-Op SessionHandle::registered_put_notify(const Registered& reg, std::size_t off, std::uint32_t rank,
-                                        std::size_t remote, std::size_t n, py::object tag, bool notify) {
+Op SessionHandle::registered_put_notify(const Registered& reg, std::size_t off, std::uint32_t rank, std::size_t remote,
+                                        std::size_t n, py::object tag, bool notify) {
   CtrlMessage m = message_of(tag, "notify");
   std::shared_ptr<RegHolder> holder = reg.holder();
   return submit(notify, py::none(), holder,
@@ -153,11 +152,11 @@ Op SessionHandle::ctrl_recv(std::uint32_t rank, Seconds timeout, bool notify) {
   runtime::loop_executor ex = use()->executor();  // valid while the gate admits calls
   const auto t = to_ms(timeout, use()->options().timeout, "timeout");
   Op op = submit(notify, py::none(), nullptr, [rank, t, signal](Session& s, const std::shared_ptr<OpCompletion>& c) {
-    s.async_ctrl_recv(rank, t,
-                      runtime::asio::bind_cancellation_slot(
-                          signal->slot(), [c, signal](std::exception_ptr e, CtrlMessage m) {
-                            c->complete(e, e ? std::nullopt : std::optional<CtrlMessage>(std::move(m)));
-                          }));
+    s.async_ctrl_recv(
+        rank, t,
+        runtime::asio::bind_cancellation_slot(signal->slot(), [c, signal](std::exception_ptr e, CtrlMessage m) {
+          c->complete(e, e ? std::nullopt : std::optional<CtrlMessage>(std::move(m)));
+        }));
   });
   // Cancellation slots are not thread-safe: emit on the session's loop, where the receive waits.
   op.set_cancel([lifetime = lifetime_, ex, signal] {

@@ -86,8 +86,7 @@ class SessionHandle {
 
   // The fast path of put_remote / get_remote (fast_call.cpp): arguments as Python passed them,
   // used only when each is plain; otherwise nothing is sent and the general path runs.
-  bool rma_wait(bool is_put, py::handle peer, py::handle port, py::handle local, py::handle remote,
-                py::handle size);
+  bool rma_wait(bool is_put, py::handle peer, py::handle port, py::handle local, py::handle remote, py::handle size);
   py::object rma_start(bool is_put, py::handle peer, py::handle port, py::handle local, py::handle remote,
                        py::handle size);
 

@@ -101,7 +101,7 @@ class AdaptiveSpin {
     } else if (k.window == clock::duration::zero()) {
       if (++k.misses_since_probe >= kMissesPerProbe) {
         k.misses_since_probe = 0;
-        k.window = max_;                      // probe once...
+        k.window = max_;                     // probe once...
         k.full_miss_share = kStopAbove - 1;  // ...a miss stops it again, a hit keeps it
       }
     } else if (k.window < max_ && at_most < 4 * max_) {

@@ -358,7 +358,7 @@ struct EventLoop::State {
     if (options.mode == ProgressMode::event) return {};
     if (waiter_misses.load(std::memory_order_relaxed) < kWaiterMisses) return options.waiter_spin;
     return waiter_waits.fetch_add(1, std::memory_order_relaxed) % kWaiterProbe == 0 ? options.waiter_spin
-                                                                                     : clock::duration{};
+                                                                                    : clock::duration{};
   }
   void waiter_spun(bool hit) noexcept {
     const int m = waiter_misses.load(std::memory_order_relaxed);
@@ -439,25 +439,26 @@ struct EventLoop::State {
   }
 
   const EventLoopOptions options;
-  std::unique_ptr<asio::io_context> io_owner = std::make_unique<asio::io_context>(1);  // leaked by a drain that cannot end
+  std::unique_ptr<asio::io_context> io_owner =
+      std::make_unique<asio::io_context>(1);  // leaked by a drain that cannot end
   asio::io_context& io = *io_owner;
   asio::executor_work_guard<executor_type> work{io.get_executor()};
-  asio::steady_timer deadline_timer{io};     // run_until's sleep limit; the driver's only
+  asio::steady_timer deadline_timer{io};                        // run_until's sleep limit; the driver's only
   clock::time_point armed_deadline = clock::time_point::max();  // what deadline_timer waits for
   const std::shared_ptr<detail::LoopWakeup> wakeup = std::make_shared<detail::LoopWakeup>();
-  std::thread thread;                        // the owned thread, after start()
-  std::atomic<std::thread::id> driver{};     // the thread running handlers now
-  std::atomic<bool> dedicated{false};        // start() or run(): that thread runs it for good
+  std::thread thread;                     // the owned thread, after start()
+  std::atomic<std::thread::id> driver{};  // the thread running handlers now
+  std::atomic<bool> dedicated{false};     // start() or run(): that thread runs it for good
   bool drained = false;
-  int reactor_fd = -1;                       // the io_uring ring (or epoll set) Asio sleeps in
-  int epoll_fd = -1;                         // the wakeup fd: reactor_fd + wakeup->efd
+  int reactor_fd = -1;                                       // the io_uring ring (or epoll set) Asio sleeps in
+  int epoll_fd = -1;                                         // the wakeup fd: reactor_fd + wakeup->efd
   std::vector<std::weak_ptr<detail::PollerDriver>> pollers;  // loop thread only
 
   std::mutex mutex;  // leading, keeper_*, leaves, waiters, deferred_*
   bool leading = false;
-  bool keeper_leading = false;               // the driver is the keeper: waiters wake it
-  bool keeper_awaits_leave = false;          // the keeper waits for the driving caller to leave
-  std::uint64_t leaves = 0;                  // how many times a driver left
+  bool keeper_leading = false;       // the driver is the keeper: waiters wake it
+  bool keeper_awaits_leave = false;  // the keeper waits for the driving caller to leave
+  std::uint64_t leaves = 0;          // how many times a driver left
   std::vector<Waiter*> waiters;
   std::atomic<std::size_t> waiter_count{0};
   std::atomic<int> waiter_misses{0};         // waiter spins in a row that ended asleep

@@ -3,10 +3,10 @@
 #include <chrono>
 #include <memory>
 
+#include "adaptive_spin.hpp"
 #include "hmc/runtime/asio.hpp"
 #include "hmc/runtime/poller.hpp"
 #include "hmc/runtime/progress_mode.hpp"
-#include "adaptive_spin.hpp"
 
 namespace hmc::runtime {
 struct EventLoopOptions;
@@ -48,17 +48,17 @@ class PollerDriver : public std::enable_shared_from_this<PollerDriver> {
   std::chrono::milliseconds safety_interval_;
   asio::posix::stream_descriptor fd_;
   asio::steady_timer safety_timer_;
-  AdaptiveSpin activity_;  // the last activity, and (adaptive mode) how long to spin after it
-  bool idle_ = false;      // the last progress() found nothing: the next work it finds is an arrival
+  AdaptiveSpin activity_;   // the last activity, and (adaptive mode) how long to spin after it
+  bool idle_ = false;       // the last progress() found nothing: the next work it finds is an arrival
   int idle_busy_arms_ = 0;  // arms in a row that answered busy while progress found nothing
   bool scheduled_ = false;
   bool fd_waiting_ = false;
   bool timer_armed_ = false;
   bool stopped_ = false;
-  bool kicked_ = false;                 // a submission since the last cycle
-  bool holding_ = false;                // inside EventLoop::poll(): again() is held
-  bool held_ = false;                   // again() was called while holding
-  clock::time_point last_probe_{};      // the last preemption count read (adaptive mode)
+  bool kicked_ = false;             // a submission since the last cycle
+  bool holding_ = false;            // inside EventLoop::poll(): again() is held
+  bool held_ = false;               // again() was called while holding
+  clock::time_point last_probe_{};  // the last preemption count read (adaptive mode)
 };
 
 }  // namespace hmc::runtime::detail

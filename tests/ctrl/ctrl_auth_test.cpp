@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "ctrl_test_util.hpp"
-#include "wire/byte_order.hpp"
 #include "hmc/ctrl_channel.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc {
 namespace {
@@ -72,8 +72,10 @@ TEST_F(CtrlAuthTest, AWrongKeyIsAnAuthenticationErrorAndOneServerLogLineAndNoPee
     EXPECT_NE(std::string(e.what()).find("the two sides use different keys"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("HMC_AUTH_KEY_FILE"), std::string::npos) << e.what();
   }
-  std::printf("wrong key refused in %lld ms\n", static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                     std::chrono::steady_clock::now() - start).count()));
+  std::printf(
+      "wrong key refused in %lld ms\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count()));
   EXPECT_EQ(logs.count_errors_containing("ctrl handshake from"), 1);
   EXPECT_TRUE(logs.has_error_containing("the client's proof does not match our key"));
   EXPECT_TRUE(server->peers().empty());
@@ -128,7 +130,8 @@ TEST_F(CtrlAuthTest, RecordedHandshakeBytesReplayedOnANewConnectionAreRejected) 
   std::vector<std::byte> recorded;
   {
     RawSocket good = RawSocket::tcp(port);
-    ASSERT_EQ(good.handshake(test::key_bytes("the right test key"), 5, &recorded).header.type, detail::FrameType::welcome);
+    ASSERT_EQ(good.handshake(test::key_bytes("the right test key"), 5, &recorded).header.type,
+              detail::FrameType::welcome);
     server->async_wait_peer(5, 5s, asio::use_future).get();
   }
   // Wait until the server saw the recorder leave, so the rank is free again.

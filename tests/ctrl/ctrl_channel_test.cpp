@@ -5,10 +5,10 @@
 #include <chrono>
 #include <thread>
 
-#include "ctrl_test_util.hpp"
-#include "wire/byte_order.hpp"
 #include "ctrl/ctrl_frame.hpp"
+#include "ctrl_test_util.hpp"
 #include "hmc/ctrl_channel.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc {
 namespace {
@@ -56,7 +56,9 @@ class CtrlChannelTest : public ::testing::TestWithParam<CtrlTransport> {
     return *clients.back();
   }
 
-  RawSocket raw() { return GetParam() == CtrlTransport::uds ? RawSocket::uds(server->uds_path()) : RawSocket::tcp(port); }
+  RawSocket raw() {
+    return GetParam() == CtrlTransport::uds ? RawSocket::uds(server->uds_path()) : RawSocket::tcp(port);
+  }
 
   std::string transport_name() const { return GetParam() == CtrlTransport::uds ? "uds" : "tcp"; }
 
@@ -313,7 +315,8 @@ TEST_P(CtrlChannelTest, TransportMessagesGoToTheHandlerAndPeerEventsAreReported)
       .get();
   c.async_send(0, CtrlMessage::from_tag(11), asio::use_future).get();
   EXPECT_EQ(bootstrap.get_future().get(), std::make_pair(4u, info));
-  EXPECT_EQ(server->async_recv(4, 5s, asio::use_future).get().tag(), 11u) << "the transport message is not a user message";
+  EXPECT_EQ(server->async_recv(4, 5s, asio::use_future).get().tag(), 11u)
+      << "the transport message is not a user message";
   c.close();
   EXPECT_EQ(down.get_future().get(), 4u);
 }
@@ -337,8 +340,7 @@ std::vector<std::byte> header_with(std::uint32_t magic, std::uint8_t version, st
 
 const Malformed kMalformed[] = {
     {"bad magic", "bad magic", [] { return header_with(0xdeadbeef, 1, 1, 4); }, false},
-    {"unknown version", "unknown protocol version 7", [] { return header_with(detail::kFrameMagic, 7, 1, 4); },
-     false},
+    {"unknown version", "unknown protocol version 7", [] { return header_with(detail::kFrameMagic, 7, 1, 4); }, false},
     {"huge length", "exceeds the maximum",
      [] { return header_with(detail::kFrameMagic, detail::kFrameVersion, 4, 0xffffffffu); }, false},
     {"data before the handshake", "expected HELLO",

@@ -52,7 +52,8 @@ struct Read {
   bool done = false;
 };
 
-void start_read(runtime::EventLoop& loop, const std::shared_ptr<CtrlConnection>& conn, const std::shared_ptr<Read>& out) {
+void start_read(runtime::EventLoop& loop, const std::shared_ptr<CtrlConnection>& conn,
+                const std::shared_ptr<Read>& out) {
   asio::co_spawn(
       loop.executor(),
       [conn, out]() -> asio::awaitable<void> {

@@ -3,8 +3,8 @@
 
 #include <numeric>
 
-#include "wire/byte_order.hpp"
 #include "ctrl/ctrl_frame.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc::detail {
 namespace {

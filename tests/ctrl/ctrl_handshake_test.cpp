@@ -1,14 +1,15 @@
 // The handshake state machines without sockets: who verifies what, and what never verifies.
 #include <gtest/gtest.h>
 
-#include "wire/byte_order.hpp"
 #include "ctrl/ctrl_handshake.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc::detail {
 namespace {
 
-AuthKey key_of(const std::string& s) { return AuthKey(reinterpret_cast<const std::byte*>(s.data()),
-                                                      reinterpret_cast<const std::byte*>(s.data()) + s.size()); }
+AuthKey key_of(const std::string& s) {
+  return AuthKey(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size());
+}
 
 // Splits a whole frame into (type, payload).
 struct Parsed {

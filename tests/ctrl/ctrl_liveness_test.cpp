@@ -45,8 +45,8 @@ TEST_F(CtrlLivenessTest, AStoppedPeerIsLostWithinTheLimitThenItsRankReconnects) 
   CtrlChannel server(loop, 0, fast_liveness(dir));
   const auto port = server.listen("127.0.0.1", 0);
   // The peer runs with default heartbeats (1 s): the handshake agrees on the shorter 200 ms.
-  auto peer = std::make_unique<test::ChildProcess>(std::vector<std::string>{
-      HMC_CTRL_PEER_PATH, "127.0.0.1", std::to_string(port), "1", "0", "tcp"});
+  auto peer = std::make_unique<test::ChildProcess>(
+      std::vector<std::string>{HMC_CTRL_PEER_PATH, "127.0.0.1", std::to_string(port), "1", "0", "tcp"});
   ASSERT_EQ(peer->read_line(), "CONNECTED tcp");
   server.async_wait_peer(1, 5s, asio::use_future).get();
   std::this_thread::sleep_for(1500ms);  // longer than the limit: heartbeats keep an idle peer alive
@@ -61,8 +61,8 @@ TEST_F(CtrlLivenessTest, AStoppedPeerIsLostWithinTheLimitThenItsRankReconnects) 
 
   peer->kill(SIGCONT);  // it finds its connection closed and exits
   EXPECT_EQ(peer->wait(), 1);
-  auto again = std::make_unique<test::ChildProcess>(std::vector<std::string>{
-      HMC_CTRL_PEER_PATH, "127.0.0.1", std::to_string(port), "1", "3", "tcp"});
+  auto again = std::make_unique<test::ChildProcess>(
+      std::vector<std::string>{HMC_CTRL_PEER_PATH, "127.0.0.1", std::to_string(port), "1", "3", "tcp"});
   ASSERT_EQ(again->read_line(), "CONNECTED tcp");
   for (std::uint64_t i = 0; i < 3; ++i) EXPECT_EQ(server.async_recv(1, 5s, asio::use_future).get().tag(), i);
   server.async_send(1, CtrlMessage::from_tag(9), asio::use_future).get();
@@ -115,8 +115,8 @@ TEST_F(CtrlLivenessTest, AChildOfAPeerDoesNotHideThePeersDeath) {
   o.heartbeat_interval = 0ms;  // only the socket's EOF can report the death within the receive timeout
   CtrlChannel server(loop, 0, o);
   const auto port = server.listen("127.0.0.1", 0);
-  test::ChildProcess peer(std::vector<std::string>{HMC_CTRL_PEER_PATH, "127.0.0.1", std::to_string(port), "1", "0",
-                                                   "tcp", "spawn"});
+  test::ChildProcess peer(
+      std::vector<std::string>{HMC_CTRL_PEER_PATH, "127.0.0.1", std::to_string(port), "1", "0", "tcp", "spawn"});
   const std::string child_line = peer.read_line();
   ASSERT_EQ(child_line.rfind("CHILD ", 0), 0u) << child_line;
   const pid_t grandchild = std::stoi(child_line.substr(6));

@@ -69,17 +69,18 @@ int main(int argc, char** argv) {
     hmc::CtrlOptions opts = hmc::CtrlOptions::from_env();
     if (argc > 5) {
       const std::string t = argv[5];
-      opts.transport = t == "tcp" ? hmc::CtrlTransport::tcp
+      opts.transport = t == "tcp"   ? hmc::CtrlTransport::tcp
                        : t == "uds" ? hmc::CtrlTransport::uds
                                     : hmc::CtrlTransport::automatic;
     }
     const std::string rank = argv[3];
     hmc::runtime::EventLoop loop;
     loop.start();
-    hmc::CtrlChannel ch(loop, rank == "any" ? hmc::CtrlChannel::any_rank : static_cast<std::uint32_t>(std::atoi(argv[3])),
-                        opts);
-    const auto server = ch.async_connect(argv[1], static_cast<std::uint16_t>(std::atoi(argv[2])), 10s,
-                                         hmc::runtime::asio::use_future).get();
+    hmc::CtrlChannel ch(
+        loop, rank == "any" ? hmc::CtrlChannel::any_rank : static_cast<std::uint32_t>(std::atoi(argv[3])), opts);
+    const auto server =
+        ch.async_connect(argv[1], static_cast<std::uint16_t>(std::atoi(argv[2])), 10s, hmc::runtime::asio::use_future)
+            .get();
     if (argc > 6 && std::string(argv[6]) == "spawn") {
       pid_t child = -1;
       char sleep_path[] = "/bin/sleep";

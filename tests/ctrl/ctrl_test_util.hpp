@@ -1,8 +1,8 @@
 #pragma once
 // Helpers for control-channel tests: a temp dir per test, a raw blocking socket that can speak the
 // handshake, a log capture.
-#include <netinet/in.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -120,8 +120,8 @@ class RawSocket {
 
   // The client side of the handshake with `key`; the frames sent are appended to `sent` (for a
   // replay). Returns the server's answer: WELCOME when the key is right, REJECT otherwise.
-  detail::Frame handshake(const std::vector<std::byte>& key, std::uint32_t rank,
-                          std::vector<std::byte>* sent = nullptr, bool authenticate = true) {
+  detail::Frame handshake(const std::vector<std::byte>& key, std::uint32_t rank, std::vector<std::byte>* sent = nullptr,
+                          bool authenticate = true) {
     detail::HelloMsg hello;
     hello.rank = rank;
     hello.nonce = detail::random_nonce();

@@ -22,12 +22,12 @@ std::string certs_dir;
 bool make_ca_and_node(const std::string& dir, const std::string& name) {
   const std::string d = dir + "/" + name;
   const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-  const std::string cmd =
-      "cd " + dir + " && openssl req -x509 " + ec + " -keyout " + d + "-ca.key -out " + d +
-      "-ca.pem -days 1 -subj /CN=" + name + "-ca >/dev/null 2>&1 && openssl req " + ec + " -keyout " + d +
-      ".key -out " + d + ".csr -subj /CN=" + name + "-node >/dev/null 2>&1 && openssl x509 -req -in " + d +
-      ".csr -CA " + d + "-ca.pem -CAkey " + d + "-ca.key -CAcreateserial -out " + d +
-      ".pem -days 1 >/dev/null 2>&1 && chmod 600 " + d + ".key";
+  const std::string cmd = "cd " + dir + " && openssl req -x509 " + ec + " -keyout " + d + "-ca.key -out " + d +
+                          "-ca.pem -days 1 -subj /CN=" + name + "-ca >/dev/null 2>&1 && openssl req " + ec +
+                          " -keyout " + d + ".key -out " + d + ".csr -subj /CN=" + name +
+                          "-node >/dev/null 2>&1 && openssl x509 -req -in " + d + ".csr -CA " + d + "-ca.pem -CAkey " +
+                          d + "-ca.key -CAcreateserial -out " + d + ".pem -days 1 >/dev/null 2>&1 && chmod 600 " + d +
+                          ".key";
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -132,8 +132,7 @@ TEST_F(CtrlTlsTest, PlaintextAgainstTlsFailsEitherWaySayingWhichSideUsesTls) {
     tls_client.async_connect("127.0.0.1", plain_port, 5s, asio::use_future).get();
     ADD_FAILURE() << "a TLS client reached a plain-text server";
   } catch (const AuthenticationError& e) {
-    EXPECT_NE(std::string(e.what()).find("the server answered in plain text, not TLS"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("the server answered in plain text, not TLS"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("HMC_TLS_CERT"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(logs.has_error_containing("a TLS handshake instead of an HMC frame"));

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "child_process.hpp"
-#include "ctrl_test_util.hpp"
 #include "ctrl/uds_dir.hpp"
+#include "ctrl_test_util.hpp"
 #include "hmc/ctrl_channel.hpp"
 
 namespace hmc {
@@ -149,10 +149,9 @@ TEST_F(CtrlUdsTest, APeerOfAnotherUidIsRefusedBySoPeercred) {
                              "s.settimeout(5)\n"
                              "print('EOF' if s.recv(100)==b'' else 'DATA', flush=True)\n";
   test::LogCapture logs;
-  test::ChildProcess other(std::vector<std::string>{"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                                                    "--clear-groups", "--inh-caps=+dac_override",
-                                                    "--ambient-caps=+dac_override", "/usr/bin/python3", "-c", script,
-                                                    path});
+  test::ChildProcess other(std::vector<std::string>{
+      "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+dac_override",
+      "--ambient-caps=+dac_override", "/usr/bin/python3", "-c", script, path});
   const std::string line = other.read_line();
   if (line.empty() && other.wait() != 0) GTEST_SKIP() << "setpriv cannot drop to uid 65534 with CAP_DAC_OVERRIDE here";
   EXPECT_EQ(line, "EOF");

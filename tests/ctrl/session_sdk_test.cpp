@@ -144,8 +144,8 @@ TEST_F(SessionSdkTest, ASilentPeerFailsThePendingRecvAndLaterSendsWithPeerLost) 
   o.ctrl.heartbeat_misses = 5;
   Session server(o);
   server.init_server("127.0.0.1", 0);
-  test::ChildProcess peer(std::vector<std::string>{HMC_CTRL_PEER_PATH, "session", "127.0.0.1",
-                                                   std::to_string(server.ctrl_port())});
+  test::ChildProcess peer(
+      std::vector<std::string>{HMC_CTRL_PEER_PATH, "session", "127.0.0.1", std::to_string(server.ctrl_port())});
   ASSERT_EQ(peer.read_line(), "CONNECTED 1");
   server.wait_peer(1, 10s);
   server.ctrl_send(1, 17);

@@ -33,7 +33,7 @@ struct EmuChannel : ibv_comp_channel {
 };
 struct Cqe {
   ibv_wc wc{};
-  std::uint32_t qpn = 0;    // a send completion retires its QP's work requests up to seq
+  std::uint32_t qpn = 0;  // a send completion retires its QP's work requests up to seq
   std::uint64_t seq = 0;
 };
 struct EmuCq : ibv_cq {
@@ -164,7 +164,8 @@ struct EmulatedFabric::State {
     if (it == mrs_by_rkey.end() || it->second->pd != peer.pd) return nullptr;
     const EmuMr* mr = it->second;
     const auto base = reinterpret_cast<std::uintptr_t>(mr->addr);
-    if ((mr->access & need) != need || addr < base || len > mr->length || addr - base > mr->length - len) return nullptr;
+    if ((mr->access & need) != need || addr < base || len > mr->length || addr - base > mr->length - len)
+      return nullptr;
     return mr;
   }
 
@@ -174,12 +175,12 @@ struct EmulatedFabric::State {
     EmuQp* peer = it == qps.end() ? nullptr : it->second;
     const bool peer_ready = peer != nullptr && (peer->state == IBV_QPS_RTR || peer->state == IBV_QPS_RTS) &&
                             peer->remote_qpn == q.qp_num;
-    const bool rnr = peer_ready && (w.wr.opcode == IBV_WR_SEND || w.wr.opcode == IBV_WR_SEND_WITH_IMM) && peer->rq.empty();
+    const bool rnr = peer_ready && (w.wr.opcode == IBV_WR_SEND || w.wr.opcode == IBV_WR_SEND_WITH_IMM) &&
+                     peer->rq.empty();
     if (!peer_ready || rnr) {
       // A peer QP in the error state or gone never answers: the retries run out.
       if (w.blocked_since == Clock::time_point{}) w.blocked_since = now;
-      const bool hopeless =
-          !rnr && (peer == nullptr || peer->state == IBV_QPS_ERR || peer->state == IBV_QPS_RESET);
+      const bool hopeless = !rnr && (peer == nullptr || peer->state == IBV_QPS_ERR || peer->state == IBV_QPS_RESET);
       if (!hopeless && now - w.blocked_since < kRetryLimit) return Outcome::blocked;
       SendWr failed = std::move(w);
       q.sq.pop_front();
@@ -263,9 +264,7 @@ struct EmulatedFabric::State {
         push(peer->rcq, c);
         break;
       }
-      default:
-        fail(q, std::move(w2), IBV_WC_REM_INV_REQ_ERR);
-        return Outcome::done;
+      default: fail(q, std::move(w2), IBV_WC_REM_INV_REQ_ERR); return Outcome::done;
     }
     complete_send(q, w2, IBV_WC_SUCCESS);
     return Outcome::done;
@@ -319,10 +318,8 @@ void EmulatedFabric::run_nic() {
       }
     }
     if (worked) continue;
-    if (next == Clock::time_point::max())
-      cv_.wait(lock);
-    else
-      cv_.wait_until(lock, next);
+    if (next == Clock::time_point::max()) cv_.wait(lock);
+    else cv_.wait_until(lock, next);
   }
 }
 
@@ -525,7 +522,8 @@ int EmulatedFabric::poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
   while (got < n && !c->cqes.empty()) {
     const Cqe& e = c->cqes.front();
     if (e.qpn != 0)
-      if (auto it = s_->qps.find(e.qpn); it != s_->qps.end()) it->second->retired = std::max(it->second->retired, e.seq);
+      if (auto it = s_->qps.find(e.qpn); it != s_->qps.end())
+        it->second->retired = std::max(it->second->retired, e.seq);
     wc[got++] = e.wc;
     c->cqes.pop_front();
   }
@@ -624,7 +622,8 @@ int EmulatedFabric::post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     std::lock_guard lock(m_);
     auto* q = static_cast<EmuQp*>(qp);
     for (; wr != nullptr; wr = wr->next) {
-      if (q->state == IBV_QPS_RESET || q->rq.size() >= q->max_recv) return *bad = wr, q->state == IBV_QPS_RESET ? EINVAL : ENOMEM;
+      if (q->state == IBV_QPS_RESET || q->rq.size() >= q->max_recv)
+        return *bad = wr, q->state == IBV_QPS_RESET ? EINVAL : ENOMEM;
       RecvWr r{wr->wr_id, std::vector<ibv_sge>(wr->sg_list, wr->sg_list + wr->num_sge)};
       if (q->state == IBV_QPS_ERR) {
         Cqe c;

@@ -44,11 +44,11 @@ class EmulatedFabric final : public VerbsApi {
   void reset_faults();
 
   struct Stats {
-    std::uint64_t executed = 0;       // send work requests executed
-    std::uint64_t cq_overflows = 0;   // completions that found their CQ full (never happens to a correct user)
-    std::uint64_t sq_overflows = 0;   // post_send refused: send queue full
-    std::size_t max_cq_fill = 0;      // the most completions any CQ held
-    std::size_t qps = 0;              // QPs alive now
+    std::uint64_t executed = 0;      // send work requests executed
+    std::uint64_t cq_overflows = 0;  // completions that found their CQ full (never happens to a correct user)
+    std::uint64_t sq_overflows = 0;  // post_send refused: send queue full
+    std::size_t max_cq_fill = 0;     // the most completions any CQ held
+    std::size_t qps = 0;             // QPs alive now
   };
   Stats stats() const;
   // The bytes of the largest RDMA WRITE or READ executed since the last call (how a test sees striping).

@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     }
     case 1:
-      if (auto token = hmc::detail::parse_fast_header(bytes)) same_bytes(hmc::detail::encode_fast_header(*token), bytes);
+      if (auto token = hmc::detail::parse_fast_header(bytes))
+        same_bytes(hmc::detail::encode_fast_header(*token), bytes);
       break;
     case 2:
       if (auto m = hmc::detail::decode_stage_message(bytes)) same_bytes(hmc::detail::encode_stage_message(*m), bytes);

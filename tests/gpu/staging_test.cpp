@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "../session/session_test_util.hpp"
+#include "emulated_device.hpp"
 #include "hmc/error.hpp"
 #include "hmc/session.hpp"
-#include "emulated_device.hpp"
 #include "staging/staging_wire.hpp"
 
 namespace hmc {
@@ -137,7 +137,8 @@ TEST_P(StagingTest, BatchesAndPipelinesThroughStagedBuffersOnBothSides) {
     segs.push_back(s);
   }
   client->put_batch(0, segs);
-  for (std::size_t i = 0; i < segs.size(); ++i) EXPECT_TRUE(holds(server->buffer(), segs[i].remote_offset, segs[i].size, 100 + i));
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    EXPECT_TRUE(holds(server->buffer(), segs[i].remote_offset, segs[i].size, 100 + i));
 
   const std::size_t n = (5u << 20) + 3;
   fill(client->buffer(), 17, n, 200);

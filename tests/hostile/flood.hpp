@@ -26,8 +26,7 @@ class Flood {
   static constexpr int kGarbage = 500, kHeld = 200;
   enum class Mode { reopen, churn };
 
-  Flood(std::uint16_t port, std::vector<std::string> sources, Mode mode)
-      : port_(port), sources_(std::move(sources)) {
+  Flood(std::uint16_t port, std::vector<std::string> sources, Mode mode) : port_(port), sources_(std::move(sources)) {
     std::mt19937 rng(3);
     std::vector<char> junk(256);
     for (int i = 0; i < kGarbage; ++i) {

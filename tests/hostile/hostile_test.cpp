@@ -14,8 +14,8 @@
 #include "child_process.hpp"
 #include "ctrl_test_util.hpp"
 #include "flood.hpp"
-#include "wire/byte_order.hpp"
 #include "hmc/session.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc {
 namespace {
@@ -397,8 +397,7 @@ TEST_F(HostileTest, TooManyConnections) {
   report("too many connections", kConns, std::to_string(refused) + " evicted at once, the rest closed by us");
 }
 
-class HostileFlood : public HostileTest,
-                     public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {};
+class HostileFlood : public HostileTest, public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {};
 
 // A key holder connects and moves verified data while the flood goes on, from the client's own
 // source (all of it from 127.0.0.1) and from eight others (127.0.0.2 ... 127.0.0.9).
@@ -422,8 +421,7 @@ TEST_P(HostileFlood, AKeyHolderGetsInWhileConnectionsThatNeverAuthenticateFloodT
               "connected); key holder connected in %lld ms and verified; server RSS %ld -> %ld -> %ld KiB "
               "(before, flooded, key holder served); %ld server log lines\n",
               mode == test::Flood::Mode::reopen ? "reopen" : "churn", n_sources, opened, test::Flood::kGarbage,
-              test::Flood::kHeld,
-              opened - test::Flood::kGarbage - test::Flood::kHeld,
+              test::Flood::kHeld, opened - test::Flood::kGarbage - test::Flood::kHeld,
               static_cast<long long>(connect_ms), rss_before, rss_flooded, rss_during, lines);
   EXPECT_LT(lines, 100) << "one log line per flooding connection";
   report("flood from " + std::to_string(n_sources) + " source(s)", opened,

@@ -82,14 +82,14 @@ TEST(ConnBuffer, OutOfRangeWritesThrowAndWriteNothing) {
   fill_buffer(b);
   const std::vector<std::byte> src(8192, std::byte{0x11});
   const std::pair<std::size_t, std::size_t> cases[] = {
-      {size + 1, 0},     // offset past the end
-      {size, 1},         // starts at the end
-      {size - 10, 11},   // offset + n past the end
-      {0, size + 1},     // longer than the buffer
-      {1, max},          // offset + n wraps to 0
-      {max, 1},          // offset + n wraps to 0
-      {size - 1, max},   // wraps to size - 2, which would pass a naive check
-      {max - 5, 10},     // wraps to 4
+      {size + 1, 0},    // offset past the end
+      {size, 1},        // starts at the end
+      {size - 10, 11},  // offset + n past the end
+      {0, size + 1},    // longer than the buffer
+      {1, max},         // offset + n wraps to 0
+      {max, 1},         // offset + n wraps to 0
+      {size - 1, max},  // wraps to size - 2, which would pass a naive check
+      {max - 5, 10},    // wraps to 4
   };
   for (auto [offset, n] : cases) {
     SCOPED_TRACE("offset " + std::to_string(offset) + " n " + std::to_string(n));
@@ -260,8 +260,8 @@ void device_to_device_round_trip() {
   DeviceBlock src(m, n), dst(m, n);
   const auto in = pattern(n, 4);
   m->copy_host_to_device(src.p, in.data(), n);
-  b.write_from_gpu(src.p, n, n / 2);                // nullptr: the buffer's own backend
-  b.read_to_gpu(dst.p, n, n / 2, m.get());          // or named explicitly
+  b.write_from_gpu(src.p, n, n / 2);        // nullptr: the buffer's own backend
+  b.read_to_gpu(dst.p, n, n / 2, m.get());  // or named explicitly
   EXPECT_TRUE(same_bytes(dst.read(), in));
   std::vector<std::byte> expected(2 * n, fill);
   std::copy(in.begin(), in.end(), expected.begin() + n / 2);

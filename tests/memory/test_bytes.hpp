@@ -20,9 +20,9 @@ inline ::testing::AssertionResult same_bytes(const std::vector<std::byte>& actua
     return ::testing::AssertionFailure() << "size " << actual.size() << ", expected " << expected.size();
   for (std::size_t i = 0; i < actual.size(); ++i)
     if (actual[i] != expected[i])
-      return ::testing::AssertionFailure() << "first difference at byte " << i << ": "
-                                           << std::to_integer<int>(actual[i]) << ", expected "
-                                           << std::to_integer<int>(expected[i]);
+      return ::testing::AssertionFailure()
+             << "first difference at byte " << i << ": " << std::to_integer<int>(actual[i]) << ", expected "
+             << std::to_integer<int>(expected[i]);
   return ::testing::AssertionSuccess();
 }
 

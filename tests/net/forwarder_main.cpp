@@ -40,13 +40,13 @@ struct Options {
   double delay_ms = 0, jitter_ms = 0, drop = 0, dup = 0, corrupt = 0, reorder = 0, reorder_ms = 10;
   std::size_t queue = 20000;  // frames held at once; more are dropped (counted as overflow)
   std::uint64_t seed = 0;
-  double max_seconds = 120;   // never outlive a test that forgot to stop it
+  double max_seconds = 120;  // never outlive a test that forgot to stop it
   bool down = false;
 };
 
 struct Stats {
-  std::uint64_t rx = 0, tx = 0, dropped = 0, corrupted = 0, duplicated = 0, reordered = 0, blackholed = 0,
-                overflow = 0, send_errors = 0, non_ip = 0;
+  std::uint64_t rx = 0, tx = 0, dropped = 0, corrupted = 0, duplicated = 0, reordered = 0, blackholed = 0, overflow = 0,
+                send_errors = 0, non_ip = 0;
 };
 
 struct Frame {
@@ -167,8 +167,9 @@ int main(int argc, char** argv) {
 
   std::mt19937_64 rng(o.seed ? o.seed : static_cast<std::uint64_t>(clock_type::now().time_since_epoch().count()));
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const auto ms = [](double v) { return std::chrono::duration_cast<clock_type::duration>(microseconds(
-                                     static_cast<long long>(v * 1000.0))); };
+  const auto ms = [](double v) {
+    return std::chrono::duration_cast<clock_type::duration>(microseconds(static_cast<long long>(v * 1000.0)));
+  };
 
   std::priority_queue<Frame, std::vector<Frame>, std::greater<>> queue;
   Stats st;
@@ -187,8 +188,7 @@ int main(int argc, char** argv) {
     if (now >= end) break;
     auto wait = end - now;
     if (!queue.empty()) wait = std::min(wait, queue.top().due > now ? queue.top().due - now : clock_type::duration{});
-    const int timeout_ms =
-        static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
+    const int timeout_ms = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
     pollfd fds[2] = {{in, POLLIN, 0}, {sfd, POLLIN, 0}};
     if (::poll(fds, 2, timeout_ms) < 0 && errno != EINTR) die("poll");
 

@@ -123,8 +123,8 @@ struct Args {
   std::uint16_t port = 0;
   std::uint16_t data_port = 18515;  // the server's (ip, data_port) name; connect must name it right
   std::uint32_t rank = 0;           // server: its own rank
-  std::size_t slot = 256u << 10;  // per client: half for its puts, half for the server's replies
-  std::uint32_t ranks = 64;       // server: client ranks 1..ranks have a slot
+  std::size_t slot = 256u << 10;    // per client: half for its puts, half for the server's replies
+  std::uint32_t ranks = 64;         // server: client ranks 1..ranks have a slot
   long timeout_ms = 5000;
   long heartbeat_ms = 0;
   unsigned heartbeat_misses = 0;
@@ -172,7 +172,7 @@ hmc::SessionOptions session_options(const Args& a, std::size_t buffer) {
   else if (a.progress_thread == "caller") o.progress_thread = hmc::ProgressThread::caller;
   else if (!a.progress_thread.empty()) throw hmc::InvalidArgumentError("--progress-thread own|shared|caller");
   o.ctrl.uds_dir = a.uds_dir;
-  o.ctrl.transport = a.ctrl == "tcp" ? hmc::CtrlTransport::tcp
+  o.ctrl.transport = a.ctrl == "tcp"   ? hmc::CtrlTransport::tcp
                      : a.ctrl == "uds" ? hmc::CtrlTransport::uds
                                        : hmc::CtrlTransport::automatic;
   if (a.heartbeat_ms > 0) {
@@ -295,9 +295,9 @@ void flood(hmc::Session& s, std::uint32_t peer, int inflight, long run_ms, std::
   st->stop = true;
   const auto limit = s.options().timeout + 5s;
   const bool ended = st->cv.wait_for(lock, limit, [&] { return st->outstanding == 0; });
-  say("FLOOD ok=%ld err=%ld statuses=%s first_err_at=%lld max_err_latency_ms=%lld unfinished=%d | %s",
-      st->ok, st->err, join_counts(st->statuses).c_str(), st->first_err_at, st->max_err_latency,
-      ended ? 0 : st->outstanding, st->first_what.empty() ? "-" : st->first_what.c_str());
+  say("FLOOD ok=%ld err=%ld statuses=%s first_err_at=%lld max_err_latency_ms=%lld unfinished=%d | %s", st->ok, st->err,
+      join_counts(st->statuses).c_str(), st->first_err_at, st->max_err_latency, ended ? 0 : st->outstanding,
+      st->first_what.empty() ? "-" : st->first_what.c_str());
   // An op that ends after this still finds `st` (it holds it) and issues nothing (stop is set).
 }
 

@@ -71,7 +71,8 @@ TEST_F(AdaptiveSpinTest, QuickHitsBetweenSlowAnswersDoNotKeepAFullSpinGoing) {
     round_trips(2, 5ms);
   }
   const auto per_operation = wasted / 100;
-  std::printf("spun in vain per operation: %.1f us\n", std::chrono::duration<double, std::micro>(per_operation).count());
+  std::printf("spun in vain per operation: %.1f us\n",
+              std::chrono::duration<double, std::micro>(per_operation).count());
   EXPECT_LT(per_operation, 25us) << "short spins for the quick completions, none for the far answers";
 }
 

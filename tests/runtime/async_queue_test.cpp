@@ -92,9 +92,8 @@ TEST_F(AsyncQueueTest, CancellationSlotAbortsOnlyThatWaiter) {
   asio::cancellation_signal cancel;
   std::promise<error_code> aborted;
   loop.submit([&] {
-    q.async_pop(kNoTimeout, asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, std::string) {
-                  aborted.set_value(ec);
-                }));
+    q.async_pop(kNoTimeout, asio::bind_cancellation_slot(cancel.slot(),
+                                                         [&](error_code ec, std::string) { aborted.set_value(ec); }));
   });
   auto other = q.async_pop(5s, asio::use_future);
   loop.submit([&] { cancel.emit(asio::cancellation_type::terminal); });

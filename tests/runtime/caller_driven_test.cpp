@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <array>
-#include <mutex>
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -464,9 +464,9 @@ TEST(CallerDrivenKeeper, DrivesAtOnceForWorkAFutureWaitsFor) {
   loop.start_keeper();
   loop.call([] {});  // a caller drove just now: the keeper stays off for keeper_yield
   for (int i = 0; i < 3; ++i) {
-    auto f = async_on_loop<void(int)>(loop.executor(), asio::use_future, [&](asio::any_completion_handler<void(int)> h) {
-      complete_later(loop.executor(), std::move(h), i);
-    });
+    auto f = async_on_loop<void(int)>(
+        loop.executor(), asio::use_future,
+        [&](asio::any_completion_handler<void(int)> h) { complete_later(loop.executor(), std::move(h), i); });
     ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "round " << i << ": the keeper napped on";
     EXPECT_EQ(f.get(), i);
     loop.call([] {});  // the caller takes it back

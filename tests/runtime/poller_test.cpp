@@ -1,6 +1,6 @@
 // Poller driving: the arm contract in each progress mode, with a real eventfd as the wakeup fd.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -203,7 +203,6 @@ TEST(Poller, DetachReleasesTheFdAndStopsProgress) {
   std::this_thread::sleep_for(30ms);
   EXPECT_EQ(p.progress_calls.load(), calls);
 }
-
 
 // A completion callback run by progress() may detach its own poller (a transport removed by the
 // peer it reports lost): the cycle must not call into that poller again.

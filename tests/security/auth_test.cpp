@@ -3,12 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
-#include <future>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -53,8 +53,7 @@ TEST(Auth, HmacMatchesRfc4231TestCase2) {
   const auto data = bytes_of("what do ya want ");
   const auto more = bytes_of("for nothing?");
   // RFC 4231 test case 2, fed in two parts: the parts are concatenated.
-  EXPECT_EQ(hex(hmac_sha256(key, {data, more})),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(hex(hmac_sha256(key, {data, more})), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 }
 
 TEST(Auth, MacsCompareByValue) {

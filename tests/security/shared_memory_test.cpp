@@ -1,8 +1,8 @@
 // Same-host shared memory stays this user's: UCX_TLS never includes SysV (whose segments UCX
 // creates with mode 0660, open to the group), and the session buffer is a posix segment that
 // another user cannot open.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -85,8 +85,8 @@ TEST(SharedMemory, SessionBufferIsAPosixSegmentNoOtherUserCanOpen) {
   for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
     std::error_code ec;
     const auto target = fs::read_symlink(e.path(), ec);
-    if (!ec && target.string().rfind(name, 0) == 0) fd_path = "/proc/" + std::to_string(::getpid()) + "/fd/" +
-                                                               e.path().filename().string();
+    if (!ec && target.string().rfind(name, 0) == 0)
+      fd_path = "/proc/" + std::to_string(::getpid()) + "/fd/" + e.path().filename().string();
   }
   ASSERT_FALSE(fd_path.empty()) << "no fd behind " << name;
   struct stat st {};

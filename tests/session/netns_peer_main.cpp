@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
     auto o = hmc::test::session_options("", hmc::runtime::ProgressMode::event, 1u << 20, argv[6]);
     o.ucx_net_devices.clear();  // the namespace's own veth (and lo)
     o.timeout = 10s;
-    if (const char* ka = std::getenv("HMC_TEST_UCX_KEEPALIVE_MS")) o.ucx_keepalive = std::chrono::milliseconds(std::atoll(ka));
+    if (const char* ka = std::getenv("HMC_TEST_UCX_KEEPALIVE_MS"))
+      o.ucx_keepalive = std::chrono::milliseconds(std::atoll(ka));
     if (role == "client") o.local_ip = argv[7];
     const auto start = std::chrono::steady_clock::now();
     const double cpu0 = cpu_ms();

@@ -19,13 +19,17 @@ std::chrono::microseconds loop_thread_cpu(Session& s) {
   runtime::asio::post(s.executor(), [&] {
     ::rusage ru{};
     ::getrusage(RUSAGE_THREAD, &ru);
-    const auto us = [](const ::timeval& t) { return std::chrono::seconds(t.tv_sec) + std::chrono::microseconds(t.tv_usec); };
+    const auto us = [](const ::timeval& t) {
+      return std::chrono::seconds(t.tv_sec) + std::chrono::microseconds(t.tv_usec);
+    };
     cpu.set_value(us(ru.ru_utime) + us(ru.ru_stime));
   });
   return cpu.get_future().get();
 }
 
-TEST(SessionProgress, AdaptiveIsTheDefault) { EXPECT_EQ(SessionOptions{}.progress_mode, runtime::ProgressMode::adaptive); }
+TEST(SessionProgress, AdaptiveIsTheDefault) {
+  EXPECT_EQ(SessionOptions{}.progress_mode, runtime::ProgressMode::adaptive);
+}
 
 class IdleCpu : public ::testing::TestWithParam<const char*> {};
 
@@ -51,8 +55,10 @@ TEST_P(IdleCpu, AConnectedPairInTheDefaultModeIdlesBelowFivePercentOfACore) {
   const auto start = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(1s);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double server_pct = 100.0 * std::chrono::duration<double>(loop_thread_cpu(server) - server_before).count() / wall;
-  const double client_pct = 100.0 * std::chrono::duration<double>(loop_thread_cpu(client) - client_before).count() / wall;
+  const double server_pct =
+      100.0 * std::chrono::duration<double>(loop_thread_cpu(server) - server_before).count() / wall;
+  const double client_pct =
+      100.0 * std::chrono::duration<double>(loop_thread_cpu(client) - client_before).count() / wall;
   std::printf("idle loop thread CPU over %.2f s (%s, %s): server %.2f%%, client %.2f%% of a core\n", wall, GetParam(),
               std::string(runtime::to_string(options.progress_mode)).c_str(), server_pct, client_pct);
   EXPECT_LT(server_pct, 5.0);

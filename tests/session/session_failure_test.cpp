@@ -77,8 +77,8 @@ TEST(SessionFailure, PutNotifyInFlightWhenThePeerGoesFailsTyped) {
     auto client = f.client(*server, 1, tls, kSize);
     std::vector<std::future<void>> ops;
     for (int i = 0; i < 64; ++i)
-      ops.push_back(client->async_put_notify(0, 0, 0, (1u << 20) + static_cast<std::size_t>(i), CtrlMessage::from_tag(1),
-                                             asio::use_future));
+      ops.push_back(client->async_put_notify(0, 0, 0, (1u << 20) + static_cast<std::size_t>(i),
+                                             CtrlMessage::from_tag(1), asio::use_future));
     server.reset();
     int ok = 0, lost = 0;
     for (auto& op : ops) {
@@ -240,7 +240,7 @@ TEST(SessionFailure, WaitPeerAtWaitsForAClientAndTimesOutOrClosesWhenNoneComes) 
   auto waiting = std::async(std::launch::async, [&] { return server->wait_peer_at("127.0.0.1", std::nullopt, 20s); });
   auto client = f.client(*server, 3, "shm", 1u << 20);
   EXPECT_EQ(waiting.get(), 3u);
-  EXPECT_EQ(server->wait_peer_at("127.0.0.1", std::nullopt, 1ms), 3u);  // connected already: at once
+  EXPECT_EQ(server->wait_peer_at("127.0.0.1", std::nullopt, 1ms), 3u);                     // connected already: at once
   EXPECT_THROW(server->wait_peer_at("127.0.0.1", std::uint16_t{1}, 100ms), TimeoutError);  // never the ip alone
   auto pending = std::async(std::launch::async, [&] { return server->wait_peer_at("10.77.9.9", std::nullopt, 20s); });
   server->close();
@@ -330,8 +330,7 @@ TEST(SessionFailure, DepartedPeersLeaveNoMappingsBehind) {
     }
     for (std::size_t i = 0; i < kPeers; ++i) cycle();
     const auto until = std::chrono::steady_clock::now() + 5s;  // the last endpoint close settles
-    while (file_mapping_count() > before && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(10ms);
+    while (file_mapping_count() > before && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
     std::printf("%s: %zu file mappings after %zu departed peers\n", tls, file_mapping_count(), kPeers);
     EXPECT_EQ(file_mapping_count(), before) << "departed peers left mappings behind";
   }

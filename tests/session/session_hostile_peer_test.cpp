@@ -13,11 +13,11 @@
 #include <sstream>
 #include <thread>
 
-#include "wire/byte_order.hpp"
 #include "hmc/ctrl_channel.hpp"
 #include "session_test_util.hpp"
 #include "transport/routed_transport.hpp"
 #include "ucx/ucx_peer_info.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc {
 namespace {
@@ -80,9 +80,7 @@ class RawUcxPeer {
     return info.encode();
   }
   // The same as a UCX session's bootstrap message (its UCX part; no TCP part).
-  std::vector<std::byte> session_info(std::uint32_t rank) {
-    return detail::RoutedTransport::pack(peer_info(rank), {});
-  }
+  std::vector<std::byte> session_info(std::uint32_t rank) { return detail::RoutedTransport::pack(peer_info(rank), {}); }
 
   void connect(const std::vector<std::byte>& address) {
     ucp_ep_params_t ep{};

@@ -31,9 +31,9 @@ class NetnsPair {
     a = "hmc-eng-" + id + "-a";
     b = "hmc-eng-" + id + "-b";
     const std::string va = "he" + id + "a", vb = "he" + id + "b";
-    ok = sh("ip netns add " + a) && sh("ip netns add " + b) &&
-         sh("ip link add " + va + " type veth peer name " + vb) && sh("ip link set " + va + " netns " + a) &&
-         sh("ip link set " + vb + " netns " + b) && sh("ip -n " + a + " addr add " + ip_a + "/24 dev " + va) &&
+    ok = sh("ip netns add " + a) && sh("ip netns add " + b) && sh("ip link add " + va + " type veth peer name " + vb) &&
+         sh("ip link set " + va + " netns " + a) && sh("ip link set " + vb + " netns " + b) &&
+         sh("ip -n " + a + " addr add " + ip_a + "/24 dev " + va) &&
          sh("ip -n " + b + " addr add " + ip_b + "/24 dev " + vb) && sh("ip -n " + a + " link set " + va + " up") &&
          sh("ip -n " + b + " link set " + vb + " up") && sh("ip -n " + a + " link set lo up") &&
          sh("ip -n " + b + " link set lo up");
@@ -106,16 +106,16 @@ TEST(SessionNetns, SilentPeerIsDeclaredLostWithinTheLivenessLimits) {
   ::setenv("HMC_TEST_UCX_KEEPALIVE_MS", "5000", 1);  // read by hmc_netns_peer
   const std::string dir_a = test::temp_dir(), dir_b = test::temp_dir();
   auto server_argv = net.exec_in(net.a);
-  for (const std::string& arg : {std::string(HMC_NETNS_PEER_PATH), std::string("server"), net.ip_a,
-                                 std::string("18710"), std::string("18711"), std::string("3"), dir_a,
-                                 std::string("40")})
+  for (const std::string& arg :
+       {std::string(HMC_NETNS_PEER_PATH), std::string("server"), net.ip_a, std::string("18710"), std::string("18711"),
+        std::string("3"), dir_a, std::string("40")})
     server_argv.push_back(arg);
   test::ChildProcess server(server_argv);
   ASSERT_EQ(server.read_line(20s), "READY listening");
   auto client_argv = net.exec_in(net.b);
-  for (const std::string& arg : {std::string(HMC_NETNS_PEER_PATH), std::string("client"), net.ip_a,
-                                 std::string("18710"), std::string("18711"), std::string("3"), dir_b, net.ip_b,
-                                 std::string("40")})
+  for (const std::string& arg :
+       {std::string(HMC_NETNS_PEER_PATH), std::string("client"), net.ip_a, std::string("18710"), std::string("18711"),
+        std::string("3"), dir_b, net.ip_b, std::string("40")})
     client_argv.push_back(arg);
   test::ChildProcess client(client_argv);
   EXPECT_EQ(client.read_line(30s), "READY hmc-tcp");
@@ -126,7 +126,8 @@ TEST(SessionNetns, SilentPeerIsDeclaredLostWithinTheLivenessLimits) {
   // instead of probing (the limit docs/failure-model.md states).
   std::this_thread::sleep_for(1s);
   for (const std::string& ns : {net.a, net.b})
-    ASSERT_TRUE(sh("ip netns exec " + ns + " nft 'add table inet hmc; add chain inet hmc in { type filter hook input "
+    ASSERT_TRUE(sh("ip netns exec " + ns +
+                   " nft 'add table inet hmc; add chain inet hmc in { type filter hook input "
                    "priority 0; iifname != lo drop; }; add chain inet hmc out { type filter hook output priority 0; "
                    "oifname != lo drop; }'"));
   const auto cut = std::chrono::steady_clock::now();

@@ -32,9 +32,9 @@ class SessionProcessTest : public ::testing::TestWithParam<const char*> {
     std::filesystem::remove_all(dir);
   }
   std::unique_ptr<test::ChildProcess> spawn_client(std::uint32_t rank, long long rounds) {
-    auto child = std::make_unique<test::ChildProcess>(std::vector<std::string>{
-        HMC_SESSION_PEER_PATH, std::to_string(server->ctrl_port()), std::to_string(rank), std::to_string(rounds),
-        GetParam(), dir});
+    auto child = std::make_unique<test::ChildProcess>(
+        std::vector<std::string>{HMC_SESSION_PEER_PATH, std::to_string(server->ctrl_port()), std::to_string(rank),
+                                 std::to_string(rounds), GetParam(), dir});
     EXPECT_TRUE(child->started());
     const std::string line = child->read_line(20s);
     EXPECT_EQ(line.rfind("CONNECTED ", 0), 0u) << line;
@@ -81,8 +81,8 @@ TEST_P(SessionProcessTest, ClientKilledMidTransferFailsOnlyItsOperations) {
       try {
         server->get(1, 8u << 20, 0, 4u << 20);
       } catch (const Error& e) {
-        const long ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
-                            .count();
+        const long ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
         if (ms > slowest_failure_ms) slowest_failure_ms = ms;
         const Status s = e.status();
         EXPECT_TRUE(s == Status::PEER_LOST || s == Status::NOT_CONNECTED || s == Status::TIMEOUT) << e.what();

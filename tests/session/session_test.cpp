@@ -119,7 +119,8 @@ TEST_P(SessionTest, EachOfManyPutsInFlightIsAtThePeerWhenItCompletes) {
     }
   };
   std::vector<std::future<void>> lanes;
-  for (std::size_t l = 0; l < kLanes; ++l) lanes.push_back(asio::co_spawn(client->executor(), lane(l), asio::use_future));
+  for (std::size_t l = 0; l < kLanes; ++l)
+    lanes.push_back(asio::co_spawn(client->executor(), lane(l), asio::use_future));
   for (auto& f : lanes) ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
   for (auto& f : lanes) f.get();
   EXPECT_EQ(completed.load(), static_cast<int>(kLanes * kRounds));
@@ -182,9 +183,10 @@ TEST_P(SessionTest, PutNotifyTagNeverArrivesBeforeItsBytes) {
     }
     const std::size_t at = (static_cast<std::size_t>(i) % kRegions) * kStride;
     fill(client->buffer(), at, size_of(i), 5000 + static_cast<std::uint64_t>(i));
-    inflight.push_back(client->async_put_notify(0, at, at, size_of(i), CtrlMessage::from_tag(static_cast<std::uint64_t>(i)),
-                                                asio::use_future));
-    if (i % 3 == 0) client->async_ctrl_send(0, CtrlMessage::from_tag(kMarker | static_cast<std::uint64_t>(i)), asio::use_future);
+    inflight.push_back(client->async_put_notify(
+        0, at, at, size_of(i), CtrlMessage::from_tag(static_cast<std::uint64_t>(i)), asio::use_future));
+    if (i % 3 == 0)
+      client->async_ctrl_send(0, CtrlMessage::from_tag(kMarker | static_cast<std::uint64_t>(i)), asio::use_future);
   }
   receiver.join();
   for (auto& f : inflight) f.get();
@@ -291,12 +293,12 @@ TEST_P(SessionTest, CallbackCompletionStyle) {
 TEST_P(SessionTest, BadInputIsATypedErrorBeforeAnythingIsSent) {
   fill(server->buffer(), 0, 4096, 1);
   const std::size_t end = kBuffer;
-  EXPECT_THROW(client->put(0, end - 10, 0, 11), OutOfRangeError);   // local range past the end
-  EXPECT_THROW(client->put(0, 0, end, 1), OutOfRangeError);         // remote offset at the end
-  EXPECT_THROW(client->put(0, 0, 8, SIZE_MAX), OutOfRangeError);    // offset + size overflows
+  EXPECT_THROW(client->put(0, end - 10, 0, 11), OutOfRangeError);  // local range past the end
+  EXPECT_THROW(client->put(0, 0, end, 1), OutOfRangeError);        // remote offset at the end
+  EXPECT_THROW(client->put(0, 0, 8, SIZE_MAX), OutOfRangeError);   // offset + size overflows
   EXPECT_THROW(client->get(0, SIZE_MAX, 0, 2), OutOfRangeError);
-  EXPECT_THROW(client->put(0, 0, 0, 0), InvalidArgumentError);      // zero size
-  EXPECT_THROW(client->put(7, 0, 0, 1), NotConnectedError);         // unknown peer
+  EXPECT_THROW(client->put(0, 0, 0, 0), InvalidArgumentError);  // zero size
+  EXPECT_THROW(client->put(7, 0, 0, 1), NotConnectedError);     // unknown peer
   EXPECT_THROW(client->put_batch(0, {}), InvalidArgumentError);
   EXPECT_THROW(client->put_batch(0, {{0, 0, 1}, {0, end, 1}}), OutOfRangeError);
   EXPECT_THROW(client->put_pipeline(0, 0, 0, 100, 0, 4), InvalidArgumentError);

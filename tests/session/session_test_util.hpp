@@ -107,7 +107,8 @@ class LoopThread {
     for (std::string line; std::getline(status, line);)
       if (line.rfind("voluntary_ctxt_switches:", 0) == 0) u.wakeups = std::stol(line.substr(24));
     ::timespec t{};
-    if (::clock_gettime(clock_, &t) != 0) throw std::runtime_error("LoopThread: cannot read the loop thread's CPU clock");
+    if (::clock_gettime(clock_, &t) != 0)
+      throw std::runtime_error("LoopThread: cannot read the loop thread's CPU clock");
     u.cpu = static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
     return u;
   }

@@ -107,7 +107,8 @@ class Stress : public ::testing::TestWithParam<Cell> {
     const std::size_t base = static_cast<std::size_t>(t) * kRegion;
     for (int i = 0; i < n; ++i) {
       const std::uint64_t seed = (static_cast<std::uint64_t>(t) << 32) | static_cast<std::uint32_t>(i);
-      const std::size_t size = 1 + (static_cast<std::size_t>(i) * 7919 + static_cast<std::size_t>(t) * 131) % (kRegion / 2);
+      const std::size_t size =
+          1 + (static_cast<std::size_t>(i) * 7919 + static_cast<std::size_t>(t) * 131) % (kRegion / 2);
       switch (i % 4) {
         case 0:  // put, checked at the server
           fill(client->buffer(), base, size, seed);
@@ -186,7 +187,8 @@ TEST_P(Stress, ThreadsSharingOneSessionMoveEveryByteAndCloseCleanly) {
   // Every tag sent arrived once, and every echo came back once (to whichever thread received).
   std::vector<std::uint64_t> sent, back;
   for (int t = 0; t < threads; ++t)
-    for (int i = 3; i < n; i += 4) sent.push_back((static_cast<std::uint64_t>(t) << 32) | static_cast<std::uint32_t>(i));
+    for (int i = 3; i < n; i += 4)
+      sent.push_back((static_cast<std::uint64_t>(t) << 32) | static_cast<std::uint32_t>(i));
   for (const auto& e : echoes) back.insert(back.end(), e.begin(), e.end());
   std::vector<std::uint64_t> got = seen_by_server;
   std::sort(sent.begin(), sent.end());

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
-#include <string>
 #include <future>
+#include <string>
 #include <thread>
 
 #include "session_test_util.hpp"
@@ -118,7 +118,8 @@ TEST_F(SessionTeardown, ManyQueuedCompletionsWhenDestroyedFromAnotherThread) {
   std::unique_ptr<Session> client = connected_client();
   constexpr int kOps = 4000;
   auto ran = std::make_shared<std::atomic<int>>(0);
-  for (int i = 0; i < kOps; ++i) client->async_put(0, 64 * (i % 64), 64 * (i % 64), 64, [ran](std::exception_ptr) { ++*ran; });
+  for (int i = 0; i < kOps; ++i)
+    client->async_put(0, 64 * (i % 64), 64 * (i % 64), 64, [ran](std::exception_ptr) { ++*ran; });
   client.reset();
   EXPECT_EQ(ran->load(), kOps);
   EXPECT_TRUE(eventually([&] { return server->peers().empty(); }));
@@ -136,7 +137,8 @@ TEST_F(SessionTeardown, ManyQueuedCompletionsWhenDestroyedInsideTheFirstCallback
     ++*ran;
     client.reset();  // the last owner, with the other puts still queued
   });
-  for (int i = 1; i < kOps; ++i) c.async_put(0, 64 * (i % 64), 64 * (i % 64), 64, [ran](std::exception_ptr) { ++*ran; });
+  for (int i = 1; i < kOps; ++i)
+    c.async_put(0, 64 * (i % 64), 64 * (i % 64), 64, [ran](std::exception_ptr) { ++*ran; });
   client.reset();
   issued.set_value();
   EXPECT_TRUE(eventually([&] { return !thread_alive(client_loop); }));

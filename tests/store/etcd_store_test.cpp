@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "hmc/error.hpp"
-#include "hmc/store/store.hpp"
 #include "../ctrl/child_process.hpp"
 #include "../world/free_port.hpp"
+#include "hmc/error.hpp"
+#include "hmc/store/store.hpp"
 
 namespace hmc {
 namespace {
@@ -31,10 +31,10 @@ class Etcd {
     const auto peer = free_port();
     const std::string c = "http://127.0.0.1:" + std::to_string(client_);
     const std::string p = "http://127.0.0.1:" + std::to_string(peer);
-    proc_ = std::make_unique<ChildProcess>(std::vector<std::string>{
-        kEtcd, "--data-dir", dir_ + "/data", "--listen-client-urls", c, "--advertise-client-urls", c,
-        "--listen-peer-urls", p, "--initial-advertise-peer-urls", p, "--initial-cluster", "default=" + p,
-        "--logger", "zap", "--log-level", "error"});
+    proc_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{kEtcd, "--data-dir", dir_ + "/data", "--listen-client-urls", c,
+                                 "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls",
+                                 p, "--initial-cluster", "default=" + p, "--logger", "zap", "--log-level", "error"});
   }
   ~Etcd() {
     stop();
@@ -74,7 +74,8 @@ class EtcdStoreTest : public ::testing::Test {
     etcd = nullptr;
   }
   void SetUp() override {
-    if (etcd == nullptr) GTEST_SKIP() << kEtcd << " is missing (Debian package etcd-server; scripts/deps.sh installs it)";
+    if (etcd == nullptr)
+      GTEST_SKIP() << kEtcd << " is missing (Debian package etcd-server; scripts/deps.sh installs it)";
   }
   static Etcd* etcd;
 };
@@ -139,7 +140,8 @@ TEST_F(EtcdStoreTest, ADeadClientsKeysExpireWithItsLease) {
 
 TEST_F(EtcdStoreTest, JobsNeverCollideAndEndpointsFailOver) {
   // The first endpoint refuses connections; the second is the member.
-  const std::string url = "etcd://127.0.0.1:" + std::to_string(free_port()) + ",127.0.0.1:" + std::to_string(etcd->port());
+  const std::string url =
+      "etcd://127.0.0.1:" + std::to_string(free_port()) + ",127.0.0.1:" + std::to_string(etcd->port());
   Store one(url, options("j1")), two(etcd->url(), options("j2"));
   one.set("k", "1");
   two.set("k", "2");
@@ -180,9 +182,9 @@ TEST_F(EtcdStoreTest, AWorldBootstrapsThroughEtcdAndFailsCleanlyWhenEtcdDies) {
   // Two of three ranks join, then etcd (one of their own) dies: a typed error, no hang.
   Etcd doomed;
   for (int r = 0; r < 2; ++r)
-    ranks.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-        HMC_WORLD_PEER_PATH, "url=" + doomed.url(), "size=3", "job=etcd-dies", "uds=" + dir, "scenario=join",
-        "timeout_ms=8000"}));
+    ranks.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{HMC_WORLD_PEER_PATH, "url=" + doomed.url(),
+                                                                            "size=3", "job=etcd-dies", "uds=" + dir,
+                                                                            "scenario=join", "timeout_ms=8000"}));
   std::this_thread::sleep_for(2500ms);
   doomed.stop();
   for (auto& p : ranks) {

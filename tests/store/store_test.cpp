@@ -13,14 +13,14 @@
 #include <fstream>
 #include <thread>
 
+#include "../hostile/flood.hpp"
 #include "hmc/error.hpp"
+#include "hmc/runtime/log.hpp"
 #include "hmc/store/store.hpp"
 #include "hmc/store/store_server.hpp"
 #include "hmc/world/world.hpp"
-#include "hmc/runtime/log.hpp"
 #include "store/store_handshake.hpp"
 #include "store/store_wire.hpp"
-#include "../hostile/flood.hpp"
 
 namespace hmc {
 namespace {
@@ -89,7 +89,7 @@ TEST_F(StoreTest, OperationsDoWhatTheySay) {
   EXPECT_EQ(s.add("n", 5), 5);
   EXPECT_EQ(s.add("n", -2), 3);
   EXPECT_EQ(s.add("n", 0), 3);
-  EXPECT_EQ(s.compare_set("c", "", "first"), "first");    // missing + "" -> set
+  EXPECT_EQ(s.compare_set("c", "", "first"), "first");       // missing + "" -> set
   EXPECT_EQ(s.compare_set("c", "nope", "second"), "first");  // mismatch -> current value
   EXPECT_EQ(s.compare_set("c", "first", "second"), "second");
   EXPECT_TRUE(s.check({"a", "n", "c"}));
@@ -372,7 +372,8 @@ int raw_authenticated(std::uint16_t port, bool* welcomed = nullptr) {
   detail::Nonce theirs{};
   std::copy_n(challenge.begin(), std::min(challenge.size(), theirs.size()), theirs.begin());
   const std::string k = "the store test key";
-  const detail::AuthKey key(reinterpret_cast<const std::byte*>(k.data()), reinterpret_cast<const std::byte*>(k.data()) + k.size());
+  const detail::AuthKey key(reinterpret_cast<const std::byte*>(k.data()),
+                            reinterpret_cast<const std::byte*>(k.data()) + k.size());
   const auto f2 = wire::encode_frame(wire::FrameType::proof, 0, detail::store_client_proof(key, theirs, mine));
   (void)::send(fd, f2.data(), f2.size(), MSG_NOSIGNAL);
   head = read_exactly(fd, wire::kHeaderSize);
@@ -482,15 +483,14 @@ TEST_F(StoreTest, ConnectionsLeaveDescriptorsForTheRestOfTheProcess) {
   const std::string got = good.get("still", 1s);
   for (int fd : fds) ::close(fd);
   ::setrlimit(RLIMIT_NOFILE, &old);
-  std::printf("ulimit -n 512: the store refused connection %zu; 48 more descriptors to open: %zu opened\n",
-              fds.size(), spare_fds);
+  std::printf("ulimit -n 512: the store refused connection %zu; 48 more descriptors to open: %zu opened\n", fds.size(),
+              spare_fds);
   EXPECT_TRUE(refused) << "the store took every descriptor up to the limit";
   EXPECT_EQ(spare_fds, 48u) << "the store left no descriptors to the rest of the process";
   EXPECT_EQ(got, "served");
 }
 
-class StoreFlood : public StoreTest, public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {
-};
+class StoreFlood : public StoreTest, public ::testing::WithParamInterface<std::tuple<int, test::Flood::Mode>> {};
 
 // A client with the key connects and sets and gets while the flood goes on, from the client's own
 // source (all of it from 127.0.0.1) and from eight others (127.0.0.2 ... 127.0.0.9).
@@ -510,8 +510,7 @@ TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateF
     rss_flooded = rss_kib();
     const auto t0 = std::chrono::steady_clock::now();
     Store honest(url, client_options());
-    connect_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    connect_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     honest.set("flood", "survived");
     EXPECT_EQ(honest.get("flood", 5s), "survived");
     rss_served = rss_kib();
@@ -522,9 +521,8 @@ TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateF
               "connected); client connected in %lld ms, set + get verified; process RSS %ld -> %ld -> %ld KiB "
               "(before, flooded, client served); %ld log lines\n",
               mode == test::Flood::Mode::reopen ? "reopen" : "churn", n_sources, opened, test::Flood::kGarbage,
-              test::Flood::kHeld,
-              opened - test::Flood::kGarbage - test::Flood::kHeld, connect_ms, rss_before, rss_flooded, rss_served,
-              lines.load());
+              test::Flood::kHeld, opened - test::Flood::kGarbage - test::Flood::kHeld, connect_ms, rss_before,
+              rss_flooded, rss_served, lines.load());
   EXPECT_LT(lines.load(), 100) << "one log line per flooding connection";
   EXPECT_LT(rss_served - rss_before, 64 * 1024) << "memory grew by more than 64 MiB";
 }

@@ -1,9 +1,9 @@
 // The embedded store's wire format and the etcd backend's base64: round trips and hostile bytes.
 #include <gtest/gtest.h>
 
-#include "wire/byte_order.hpp"
 #include "store/base64.hpp"
 #include "store/store_wire.hpp"
+#include "wire/byte_order.hpp"
 #include "world/world_message.hpp"
 
 namespace hmc::detail {
@@ -68,9 +68,9 @@ TEST(StoreWire, HostileRequestsAreRefusedWithAReason) {
   small.max_keys = 2;
   wire::Request out;
   auto refused = [&](std::vector<std::byte> bytes) { return !wire::decode_request(bytes, small, out).empty(); };
-  EXPECT_TRUE(refused({}));                                       // nothing
-  EXPECT_TRUE(refused({std::byte{0}}));                           // op 0
-  EXPECT_TRUE(refused({std::byte{99}}));                          // unknown op
+  EXPECT_TRUE(refused({}));               // nothing
+  EXPECT_TRUE(refused({std::byte{0}}));   // op 0
+  EXPECT_TRUE(refused({std::byte{99}}));  // unknown op
   auto set = wire::encode_request({wire::Op::set, "key", {}, "value", {}, 0, {}});
   EXPECT_FALSE(refused(set));
   set.pop_back();
@@ -80,9 +80,9 @@ TEST(StoreWire, HostileRequestsAreRefusedWithAReason) {
   EXPECT_TRUE(refused(set));  // trailing byte
   EXPECT_TRUE(refused(wire::encode_request({wire::Op::set, "a-too-long-key", {}, "v", {}, 0, {}})));
   EXPECT_TRUE(refused(wire::encode_request({wire::Op::set, "k", {}, std::string(17, 'v'), {}, 0, {}})));
-  EXPECT_TRUE(refused(wire::encode_request({wire::Op::set, "", {}, "v", {}, 0, {}})));  // empty key
+  EXPECT_TRUE(refused(wire::encode_request({wire::Op::set, "", {}, "v", {}, 0, {}})));               // empty key
   EXPECT_TRUE(refused(wire::encode_request({wire::Op::wait, {}, {"a", "b", "c"}, {}, {}, 0, {}})));  // too many keys
-  EXPECT_TRUE(refused(wire::encode_request({wire::Op::wait, {}, {}, {}, {}, 0, {}})));  // no keys
+  EXPECT_TRUE(refused(wire::encode_request({wire::Op::wait, {}, {}, {}, {}, 0, {}})));               // no keys
   // A length field claiming 4 GiB must not be believed (nor allocated).
   std::vector<std::byte> huge{std::byte{static_cast<std::uint8_t>(wire::Op::get)}, std::byte{0xff}, std::byte{0xff},
                               std::byte{0xff}, std::byte{0xff}};
@@ -123,9 +123,9 @@ TEST(StoreWire, Base64MatchesTheStandardAndRejectsGarbage) {
   std::string back;
   EXPECT_TRUE(base64_decode(base64_encode(all), back));
   EXPECT_EQ(back, all);
-  EXPECT_FALSE(base64_decode("Zm9", back));    // length
-  EXPECT_FALSE(base64_decode("Zm9*", back));   // alphabet
-  EXPECT_FALSE(base64_decode("Z===", back));   // padding
+  EXPECT_FALSE(base64_decode("Zm9", back));       // length
+  EXPECT_FALSE(base64_decode("Zm9*", back));      // alphabet
+  EXPECT_FALSE(base64_decode("Z===", back));      // padding
   EXPECT_FALSE(base64_decode("Zg==Zg==", back));  // padding inside
   EXPECT_FALSE(base64_decode("Zh==", back));      // bits past the data
 }
@@ -144,7 +144,8 @@ TEST(WorldMessage, RoundTripAndRejection) {
   EXPECT_NE(why.find("not a collective"), std::string::npos);
   // An abort names a failure: success (0) and codes past the last status are no reason.
   for (std::uint8_t reason : {0, 14, 255}) {
-    EXPECT_FALSE(decode_world_message(encode(WorldMessage{WorldKind::abort, reason, 0, 1, 0, 0, 0, 0}), why)) << +reason;
+    EXPECT_FALSE(decode_world_message(encode(WorldMessage{WorldKind::abort, reason, 0, 1, 0, 0, 0, 0}), why))
+        << +reason;
   }
   EXPECT_TRUE(decode_world_message(encode(WorldMessage{WorldKind::abort, 9, 0, 1, 0, 0, 0, 0}), why));
   // An inline piece: exactly the announced bytes, only on a notice flagged inline.

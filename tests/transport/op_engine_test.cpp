@@ -209,7 +209,7 @@ TEST_F(OpEngineTest, NothingPendingAfterPeerLossEvenIfItsPostsNeverReturn) {
   EXPECT_TRUE(get->has_value() && p->has_value());
   EXPECT_FALSE(engine->has_pending()) << "lost posts still count as pending";
   EXPECT_GT(engine->posts_outstanding(), 0u);  // they are still waited for at teardown
-  EXPECT_EQ(engine->live_operations(), 1u);   // the get's record until its chunks return
+  EXPECT_EQ(engine->live_operations(), 1u);    // the get's record until its chunks return
 }
 
 // A batch whose segment k is refused must not complete while segments 0..k-1 may still

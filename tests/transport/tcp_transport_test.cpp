@@ -1,8 +1,8 @@
 // HMC's checked TCP data path: two TcpTransports in one process move real bytes over loopback, and
 // plain sockets play the hostile peer (no secret, a silent flood, a valid secret then bad frames).
 // Nothing connects without the per-peer secret, and no request touches memory outside the buffer.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -23,7 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include "wire/byte_order.hpp"
 #include "hmc/conn_buffer.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/event_loop.hpp"
@@ -31,6 +30,7 @@
 #include "security/auth.hpp"
 #include "tcp/tcp_peer_info.hpp"
 #include "tcp/tcp_transport.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc::detail {
 namespace {
@@ -327,8 +327,8 @@ class TcpTransportTest : public ::testing::Test {
   // A put from `from` into `to` and a get back, every byte and the bytes around them checked.
   void check_put_get(Side& from, Side& to, std::size_t local, std::size_t remote, std::size_t size,
                      std::uint64_t seed) {
-    SCOPED_TRACE("rank " + std::to_string(from.rank) + " -> " + std::to_string(to.rank) + ", " +
-                 std::to_string(size) + " bytes");
+    SCOPED_TRACE("rank " + std::to_string(from.rank) + " -> " + std::to_string(to.rank) + ", " + std::to_string(size) +
+                 " bytes");
     const auto src = pattern(size, seed);
     std::memcpy(from.data() + local, src.data(), size);
     std::memset(to.data() + remote - 1, 0x5a, size + 2);
@@ -456,8 +456,7 @@ TEST_F(TcpTransportTest, AWrongProofANameWithoutSecretAndGarbageAreRefused) {
     std::uint32_t magic, rank;
   };
   for (const Case& c : {Case{"wrong proof", kMagic, 7}, Case{"wrong proof for a connected rank", kMagic, 1},
-                        Case{"rank without a secret", kMagic, 9},
-                        Case{"garbage", 0x12345678, 1}}) {
+                        Case{"rank without a secret", kMagic, 9}, Case{"garbage", 0x12345678, 1}}) {
     SCOPED_TRACE(c.what);
     const std::uint64_t refused_before = refused(a);
     RawClient raw(port(a));
@@ -674,8 +673,8 @@ TEST_F(AuthenticatedRawPeer, IsDisconnectedForAPutOrGetOutsideTheBuffer) {
     std::uint8_t kind;
     std::uint64_t offset, length;
   };
-  for (const Case& k : {Case{1, kSmall - 4, 8}, Case{1, kMax64 - 3, 8}, Case{1, 8, kMax64 - 3},
-                        Case{2, kSmall, 1}, Case{2, kMax64, 2}}) {
+  for (const Case& k : {Case{1, kSmall - 4, 8}, Case{1, kMax64 - 3, 8}, Case{1, 8, kMax64 - 3}, Case{2, kSmall, 1},
+                        Case{2, kMax64, 2}}) {
     SCOPED_TRACE(std::to_string(k.kind) + " at " + std::to_string(k.offset) + " of " + std::to_string(k.length));
     auto c = authenticated(0);
     ASSERT_FALSE(HasFailure());

@@ -76,7 +76,7 @@ struct Synthetic {
   int paths = -1;  // -1: no number-of-paths byte
   std::uint8_t lane = 0;
   float overhead = 1e-8f, bandwidth = 1e9f, latency = 1e-7f;
-  std::uint16_t csum = 0x1234;               // the transport; 0xd3a7 is posix
+  std::uint16_t csum = 0x1234;                // the transport; 0xd3a7 is posix
   std::vector<unsigned> iface_addr{1, 2, 3};  // a posix one starts with its 8-byte segment id
   unsigned dev_len = 2;
 
@@ -87,9 +87,9 @@ struct Synthetic {
       b.resize(b.size() + 4);
       std::memcpy(b.data() + b.size() - 4, &f, 4);
     };
-    u8(0x00);                                // v1, no flags
-    for (int i = 0; i < 8; ++i) u8(0x11);    // uuid
-    u8(0x01);                                // md index 1
+    u8(0x00);                                      // v1, no flags
+    for (int i = 0; i < 8; ++i) u8(0x11);          // uuid
+    u8(0x01);                                      // md index 1
     u8(0x80 | (paths >= 0 ? 0x40 : 0) | dev_len);  // the last device
     if (paths >= 0) u8(static_cast<unsigned>(paths));
     for (unsigned i = 0; i < dev_len; ++i) u8(0xaa);
@@ -139,9 +139,9 @@ TEST_P(RealAddress, IsAcceptedAndEachCorruptionRefused) {
       std::size_t offset;
       float value;
       const char* because;
-    } floats[] = {{0, kNan, "overhead"}, {0, -1e-9f, "overhead"}, {0, kInf, "overhead"},
-                  {4, kNan, "bandwidth"}, {4, -1e9f, "bandwidth"}, {4, 0.0f, "bandwidth"}, {4, kInf, "bandwidth"},
-                  {8, kNan, "latency"}, {8, -1e-7f, "latency"}, {8, -kInf, "latency"}};
+    } floats[] = {{0, kNan, "overhead"},   {0, -1e-9f, "overhead"}, {0, kInf, "overhead"},  {4, kNan, "bandwidth"},
+                  {4, -1e9f, "bandwidth"}, {4, 0.0f, "bandwidth"},  {4, kInf, "bandwidth"}, {8, kNan, "latency"},
+                  {8, -1e-7f, "latency"},  {8, -kInf, "latency"}};
     for (const auto& f : floats) {
       Bytes bad = a;
       put_float(bad, l.first_attr + f.offset, f.value);

@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "../session/session_test_util.hpp"
+#include "emulated_verbs.hpp"
 #include "hmc/error.hpp"
 #include "hmc/memory.hpp"
 #include "hmc/runtime/event_loop.hpp"
-#include "emulated_verbs.hpp"
 #include "verbs/verbs_peer_info.hpp"
 #include "verbs/verbs_transport.hpp"
 
@@ -163,8 +163,8 @@ TEST_P(VerbsSession, PutNotifyTagsArriveAfterTheirBytes) {
     std::vector<std::future<void>> ops;
     for (std::uint64_t k = 0; k < 8; ++k) {
       fill(client->buffer(), k * kRegion, kRegion, round * 8 + k);
-      ops.push_back(client->async_put_notify(0, k * kRegion, k * kRegion, kRegion,
-                                             CtrlMessage::from_tag(round * 8 + k), runtime::asio::use_future));
+      ops.push_back(client->async_put_notify(0, k * kRegion, k * kRegion, kRegion, CtrlMessage::from_tag(round * 8 + k),
+                                             runtime::asio::use_future));
     }
     for (std::uint64_t k = 0; k < 8; ++k) {
       const std::uint64_t tag = server->ctrl_recv(1, 5s);
@@ -505,8 +505,8 @@ TEST_F(VerbsBootstrap, TruncatedOversizedAndInconsistentInfoIsRefusedWithAReason
 TEST_F(VerbsBootstrap, AnRkeyOrRangeTheNicRefusesFailsTheOperationAndDropsThePeer) {
   detail::VerbsPeerInfo info;
   ASSERT_EQ(detail::VerbsPeerInfo::decode(info_of_b(), info), "");
-  info.rkey += 1000;                 // not b's key
-  info.buffer_size = 1u << 30;       // claims more than b registered
+  info.rkey += 1000;            // not b's key
+  info.buffer_size = 1u << 30;  // claims more than b registered
   const std::vector<std::byte> a_info = loop.call([&] { return a->local_info(1, detail::LocalAddress{0, "", 0, ""}); });
   std::promise<std::uint32_t> failed;
   loop.call([&] {

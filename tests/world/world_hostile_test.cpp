@@ -4,9 +4,9 @@
 // outside the announced piece.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdio>
 #include <functional>
 #include <future>
 #include <thread>
@@ -24,7 +24,7 @@ using detail::WorldMessage;
 struct HostileCase {
   const char* name;
   std::function<WorldMessage(std::uint64_t seq)> answer;  // rank 0's reply to rank 1's ready
-  const char* says;                                        // in rank 1's error
+  const char* says;                                       // in rank 1's error
 };
 
 void PrintTo(const HostileCase& c, std::ostream* os) { *os << c.name; }
@@ -66,7 +66,9 @@ TEST_P(WorldHostileRoot, BroadcastFailsTypedNamingTheRoot) {
   const auto m = detail::decode_world_message(ready.bytes(), why);
   ASSERT_TRUE(m) << why;
   ASSERT_EQ(m->kind, WorldKind::ready);
-  root.session().async_ctrl_send(1, CtrlMessage::from_bytes(detail::encode(c.answer(m->seq))), runtime::asio::use_future).get();
+  root.session()
+      .async_ctrl_send(1, CtrlMessage::from_bytes(detail::encode(c.answer(m->seq))), runtime::asio::use_future)
+      .get();
 
   try {
     result.get();
@@ -91,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(
         HostileCase{"abort_with_success",
                     [](std::uint64_t seq) { return WorldMessage{WorldKind::abort, 0, 0, seq, 0, 0, 0, 0}; },
                     "abort with unknown reason 0"},
-        HostileCase{"size_beyond_any_buffer", [](std::uint64_t seq) { return notice(seq, 100, std::uint64_t{1} << 41, 1); },
+        HostileCase{"size_beyond_any_buffer",
+                    [](std::uint64_t seq) { return notice(seq, 100, std::uint64_t{1} << 41, 1); },
                     "inconsistent sizes"},
         HostileCase{"rounds_that_do_not_fit_the_size", [](std::uint64_t seq) { return notice(seq, 100, 100, 5); },
                     "inconsistent sizes"},

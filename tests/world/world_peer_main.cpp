@@ -136,7 +136,8 @@ void collectives(World& w) {
 
   for (std::size_t count : {std::size_t{1001}, std::size_t{300001}}) {
     std::vector<std::int64_t> v(count), out(count);
-    for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<std::int64_t>(i * (r + 1)) - static_cast<std::int64_t>(r);
+    for (std::size_t i = 0; i < count; ++i)
+      v[i] = static_cast<std::int64_t>(i * (r + 1)) - static_cast<std::int64_t>(r);
     w.all_reduce<std::int64_t>(v, out, hmc::ReduceOp::sum);
     bool ok = true;
     const std::int64_t ranks = n, rank_sum = std::int64_t{n} * (n - 1) / 2;
@@ -192,7 +193,7 @@ void collectives(World& w) {
       std::vector<std::byte> value;
       if (r == 0) value = data(0, 9, 99);
       auto bytes = co_await w.async_broadcast(std::move(value), 0, 0ms, asio::use_awaitable);
-      co_return ok && bytes == data(0, 9, 99);
+      co_return ok&& bytes == data(0, 9, 99);
     };
     auto f = hmc::runtime::asio::co_spawn(w.session().executor(), task(), hmc::runtime::asio::use_future);
     // Through the loop's one wait: it drives the loop when the session lets callers drive.

@@ -79,7 +79,8 @@ class WorldProcessTest : public ::testing::Test {
   static void expect_all_ok(const std::vector<Rank>& ranks) {
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const auto& r = ranks[i];
-      const auto oks = std::count_if(r.lines.begin(), r.lines.end(), [](const std::string& l) { return l.rfind("OK ", 0) == 0; });
+      const auto oks =
+          std::count_if(r.lines.begin(), r.lines.end(), [](const std::string& l) { return l.rfind("OK ", 0) == 0; });
       EXPECT_EQ(r.status, 0) << "process " << i << ":\n" << dump(r);
       EXPECT_EQ(oks, 20) << "process " << i << ":\n" << dump(r);
       EXPECT_FALSE(r.lines.empty() || r.lines.back() != "DONE") << dump(r);
@@ -118,8 +119,8 @@ INSTANTIATE_TEST_SUITE_P(World, Collectives,
                                            std::make_tuple("shm", 5u, "own"), std::make_tuple("shm", 5u, "shared"),
                                            std::make_tuple("tcp", 3u, "caller")),
                          [](const auto& p) {
-                           return std::string(std::get<0>(p.param)) + "_" + std::to_string(std::get<1>(p.param)) +
-                                  "_" + std::get<2>(p.param);
+                           return std::string(std::get<0>(p.param)) + "_" + std::to_string(std::get<1>(p.param)) + "_" +
+                                  std::get<2>(p.param);
                          });
 
 TEST_F(WorldProcessTest, AutomaticRanksAreAPermutation) {
@@ -172,8 +173,8 @@ TEST_F(WorldProcessTest, ARankKilledDuringBarriersFailsEveryOtherWithPeerLostNam
   const std::string url = "tcp://127.0.0.1:" + std::to_string(server.listen("127.0.0.1", 0));
   std::vector<Rank> ranks(4);
   for (std::uint32_t r = 0; r < ranks.size(); ++r)
-    ranks[r].process = spawn({"url=" + url, "size=4", "rank=" + std::to_string(r), "scenario=barriers",
-                              "start_store=0", "timeout_ms=15000"});
+    ranks[r].process = spawn({"url=" + url, "size=4", "rank=" + std::to_string(r), "scenario=barriers", "start_store=0",
+                              "timeout_ms=15000"});
   for (auto& r : ranks) {
     r.lines.push_back(r.process->read_line(30s));
     ASSERT_EQ(r.lines.back().rfind("RANK", 0), 0u);
@@ -199,7 +200,8 @@ TEST_F(WorldProcessTest, MismatchedSizesFailEveryRankNamingTheOddOne) {
   const std::string url = "tcp://127.0.0.1:" + std::to_string(server.listen("127.0.0.1", 0));
   std::vector<Rank> ranks(4);
   for (std::uint32_t r = 0; r < ranks.size(); ++r)
-    ranks[r].process = spawn({"url=" + url, "size=4", "rank=" + std::to_string(r), "scenario=mismatch", "start_store=0"});
+    ranks[r].process =
+        spawn({"url=" + url, "size=4", "rank=" + std::to_string(r), "scenario=mismatch", "start_store=0"});
   finish(ranks, 60s);
   // Mostly "invalid argument"; a rank still connecting when rank 1 already gave up may instead see
   // rank 1 gone. Either way every rank fails promptly and names rank 1.

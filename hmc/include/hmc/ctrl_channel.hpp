@@ -25,8 +25,8 @@ class CtrlChannelImpl;
 
 // Callbacks for the layer above (the Session), run on the loop thread.
 struct CtrlHandlers {
-  std::function<void(std::uint32_t rank, bool up)> on_peer;             // connected / lost
-  std::function<void(std::uint32_t rank, CtrlMessage)> on_transport;    // CtrlKind::transport messages
+  std::function<void(std::uint32_t rank, bool up)> on_peer;           // connected / lost
+  std::function<void(std::uint32_t rank, CtrlMessage)> on_transport;  // CtrlKind::transport messages
 };
 
 class CtrlChannel {
@@ -124,8 +124,8 @@ class CtrlChannel {
  private:
   runtime::loop_executor executor() const noexcept;
 
-  static void start_connect(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::string host,
-                            std::uint16_t port, std::chrono::milliseconds timeout, connect_handler h);
+  static void start_connect(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::string host, std::uint16_t port,
+                            std::chrono::milliseconds timeout, connect_handler h);
   static void start_wait_peer(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
                               std::chrono::milliseconds timeout, asio_handler h);
   static void start_send(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank, CtrlMessage m,

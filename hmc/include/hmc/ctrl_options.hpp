@@ -11,7 +11,7 @@ namespace hmc {
 enum class CtrlTransport {
   automatic,  // a same-host peer moves to the Unix socket the server names; TCP otherwise
   tcp,
-  uds,        // same-host only: fail unless the server offers its Unix socket
+  uds,  // same-host only: fail unless the server offers its Unix socket
 };
 
 struct CtrlOptions {
@@ -32,9 +32,9 @@ struct CtrlOptions {
   std::string tls_key;   // PEM private key
   std::string tls_ca;    // PEM CA certificate(s) a peer's certificate must chain to
 
-  std::uint32_t max_frame_length = 16u << 20;      // larger frames close the connection
-  std::chrono::milliseconds hello_timeout{5000};   // the whole handshake (TLS included) after connect/accept
-  std::chrono::milliseconds send_timeout{30000};   // a send stuck this long declares the peer lost
+  std::uint32_t max_frame_length = 16u << 20;     // larger frames close the connection
+  std::chrono::milliseconds hello_timeout{5000};  // the whole handshake (TLS included) after connect/accept
+  std::chrono::milliseconds send_timeout{30000};  // a send stuck this long declares the peer lost
 
   // Liveness: a heartbeat frame after heartbeat_interval without sending; a peer from which nothing
   // arrived for heartbeat_interval * heartbeat_misses is lost. Zero interval: no heartbeats.
@@ -47,8 +47,8 @@ struct CtrlOptions {
   // that finds no room evicts the oldest (of its source when that source is at its cap).
   std::size_t max_handshakes = 64;
   std::size_t max_handshakes_per_source = 16;
-  std::size_t max_connections = 1024;   // accepted connections in all (handshaking + peers)
-  std::size_t inbox_budget = 64u << 20; // bytes queued for ctrl_recv per peer before reading pauses
+  std::size_t max_connections = 1024;    // accepted connections in all (handshaking + peers)
+  std::size_t inbox_budget = 64u << 20;  // bytes queued for ctrl_recv per peer before reading pauses
   // Bytes queued for ctrl_recv over all peers: past it, a peer holding more than an even share of
   // it stops being read too, so the total stays bounded however many peers connect.
   std::size_t total_inbox_budget = 256u << 20;

@@ -17,9 +17,9 @@ class Error : public std::runtime_error {
   Status status_;
 };
 
-#define HMC_DEFINE_ERROR(Name, Code) \
-  class Name : public Error {        \
-   public:                           \
+#define HMC_DEFINE_ERROR(Name, Code)                                      \
+  class Name : public Error {                                             \
+   public:                                                                \
     explicit Name(const std::string& what) : Error(Status::Code, what) {} \
   }
 

@@ -34,7 +34,7 @@ namespace hmc {
 namespace detail {
 class SessionImpl;
 inline constexpr std::uint64_t kForeignRegion = UINT64_MAX - 1;  // a RegisteredMemory of another session
-}
+}  // namespace detail
 
 enum class ConnType { RDMA = 0, UCX = 1 };
 
@@ -53,13 +53,13 @@ struct SessionOptions {
   std::string local_ip = "127.0.0.1";  // the address peers know this session by
   runtime::ProgressMode progress_mode = runtime::ProgressMode::adaptive;
   ProgressThread progress_thread = ProgressThread::shared;
-  std::string ucx_tls;                            // e.g. "tcp" or "shm"; empty: UCX_TLS / UCX default
-  std::string ucx_net_devices;                    // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
+  std::string ucx_tls;          // e.g. "tcp" or "shm"; empty: UCX_TLS / UCX default
+  std::string ucx_net_devices;  // e.g. "lo"; empty: UCX_NET_DEVICES / UCX default
   // false: same-host peers too go over the network path (HMC's checked TCP, or RDMA), e.g. between
   // containers whose shared memory is not shared, or to measure that path on one host.
   bool shared_memory = true;
-  std::chrono::milliseconds timeout{30000};       // deadline of every operation and blocking wait
-  std::size_t max_inflight = 1024;                // operations in the transport at once; more are queued
+  std::chrono::milliseconds timeout{30000};  // deadline of every operation and blocking wait
+  std::size_t max_inflight = 1024;           // operations in the transport at once; more are queued
   // How long an idle peer without shared memory may stay silent before UCX declares it lost (the
   // tcp transport's socket keepalive: this, then 3 probes a fifth of it apart; with data in flight,
   // or on the side that did not open the connection, see docs/failure-model.md "Keepalive").
@@ -69,10 +69,10 @@ struct SessionOptions {
   // The data transport (docs/transports.md "Verbs transport"): one per session. connect(..., RDMA) or
   // init_server with only an rdma_port also pick RDMA for a session that has no peer yet.
   ConnType conn_type = ConnType::UCX;
-  std::string rdma_device;           // RDMA device (e.g. "mlx5_0"); empty: HMC_RDMA_DEVICE, else the first
-  int rdma_device_port = 0;          // its port; 0: HMC_RDMA_PORT, else 1
-  int rdma_gid_index = -1;           // RoCE GID index; -1: HMC_RDMA_GID_INDEX, else 0
-  std::size_t num_chs = 1;           // RDMA: RC QPs per peer (both sides must agree)
+  std::string rdma_device;   // RDMA device (e.g. "mlx5_0"); empty: HMC_RDMA_DEVICE, else the first
+  int rdma_device_port = 0;  // its port; 0: HMC_RDMA_PORT, else 1
+  int rdma_gid_index = -1;   // RoCE GID index; -1: HMC_RDMA_GID_INDEX, else 0
+  std::size_t num_chs = 1;   // RDMA: RC QPs per peer (both sides must agree)
   // TESTS ONLY: RDMA over the in-process emulated fabric (also HMC_VERBS_EMULATION=1); no byte
   // leaves the process. Never chosen unless asked for.
   bool verbs_emulation = false;
@@ -82,7 +82,7 @@ struct SessionOptions {
   std::size_t staging_chunk = std::size_t{1} << 20;
   // The job's shared key (docs/security.md "The key"); empty: HMC_AUTH_KEY, then the per-user key file.
   std::string auth_key;
-  bool authenticate = true;  // false: accept unauthenticated peers (explicit opt-out, logged at warn)
+  bool authenticate = true;                    // false: accept unauthenticated peers (explicit opt-out, logged at warn)
   CtrlOptions ctrl = CtrlOptions::from_env();  // transport, TLS, heartbeats, resource limits
 };
 
@@ -168,13 +168,15 @@ class Session {
   template <class Token = default_token>
   auto async_put(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                  Token&& token = default_token{}) {
-    return start_rma<Token>(true, false, peer, 0, Segment{local_off, remote_off, size}, 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(true, false, peer, 0, Segment{local_off, remote_off, size}, 0, 0,
+                            std::forward<Token>(token));
   }
   // Completes when the bytes are in this session's buffer.
   template <class Token = default_token>
   auto async_get(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                  Token&& token = default_token{}) {
-    return start_rma<Token>(false, false, peer, 0, Segment{local_off, remote_off, size}, 0, 0, std::forward<Token>(token));
+    return start_rma<Token>(false, false, peer, 0, Segment{local_off, remote_off, size}, 0, 0,
+                            std::forward<Token>(token));
   }
   // Many segments, one completion (one endpoint flush for puts).
   template <class Token = default_token>
@@ -257,14 +259,16 @@ class Session {
   template <class Token = default_token>
   auto async_ctrl_send(std::uint32_t peer, CtrlMessage message, Token&& token = default_token{}) {
     return runtime::async_on_loop<void(std::exception_ptr)>(
-        executor(), std::forward<Token>(token),
-        [impl = impl_, peer, m = std::move(message)](handler h) mutable { start_ctrl_send(impl, peer, std::move(m), std::move(h)); });
+        executor(), std::forward<Token>(token), [impl = impl_, peer, m = std::move(message)](handler h) mutable {
+          start_ctrl_send(impl, peer, std::move(m), std::move(h));
+        });
   }
   template <class Token = default_token>
   auto async_ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout, Token&& token = default_token{}) {
     return runtime::async_on_loop<void(std::exception_ptr, CtrlMessage)>(
         executor(), std::forward<Token>(token),
-        [impl = impl_, peer, timeout](runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h) mutable {
+        [impl = impl_, peer,
+         timeout](runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h) mutable {
           start_ctrl_recv(impl, peer, timeout, std::move(h));
         });
   }
@@ -318,8 +322,7 @@ class Session {
         });
   }
   template <class Token>
-  auto start_put_notify(std::uint32_t peer, std::uint64_t region, Segment segment, CtrlMessage message,
-                        Token&& token) {
+  auto start_put_notify(std::uint32_t peer, std::uint64_t region, Segment segment, CtrlMessage message, Token&& token) {
     return runtime::async_on_loop<void(std::exception_ptr)>(
         executor(), std::forward<Token>(token),
         [impl = impl_, peer, region, segment, m = std::move(message)](handler h) mutable {
@@ -349,7 +352,7 @@ class Session {
   std::unique_ptr<runtime::EventLoop> loop_;  // declared first: destroyed after everything it runs
   std::shared_ptr<detail::SessionImpl> impl_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // RegisteredMemory handles check it
-  std::atomic<ConnType> conn_type_{ConnType::UCX};        // a copy of the loop's, for any thread
+  std::atomic<ConnType> conn_type_{ConnType::UCX};         // a copy of the loop's, for any thread
 };
 
 }  // namespace hmc

@@ -28,9 +28,7 @@ std::string_view to_string(Status s) noexcept;
 
 const boost::system::error_category& hmc_category() noexcept;
 
-inline boost::system::error_code make_error_code(Status s) noexcept {
-  return {static_cast<int>(s), hmc_category()};
-}
+inline boost::system::error_code make_error_code(Status s) noexcept { return {static_cast<int>(s), hmc_category()}; }
 
 // Maps any error code (HMC's, Asio's, errno) to the HMC status a user sees.
 Status status_of(const boost::system::error_code& ec) noexcept;

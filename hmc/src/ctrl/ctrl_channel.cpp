@@ -101,11 +101,11 @@ void CtrlChannel::start_wait_peer(const std::shared_ptr<detail::CtrlChannelImpl>
   const std::string what = "waiting for ctrl peer rank " + std::to_string(rank);
   if (impl->closed) return impl->complete(std::move(h), make_error_code(Status::CLOSED), what);
   auto slot = runtime::asio::get_associated_cancellation_slot(h);
-  impl->connected.async_wait(rank, timeout,
-                             runtime::asio::bind_cancellation_slot(
-                                 slot, [impl, what, h = std::move(h)](runtime::error_code ec) mutable {
-                                   impl->complete(std::move(h), ec, what);
-                                 }));
+  impl->connected.async_wait(
+      rank, timeout,
+      runtime::asio::bind_cancellation_slot(slot, [impl, what, h = std::move(h)](runtime::error_code ec) mutable {
+        impl->complete(std::move(h), ec, what);
+      }));
 }
 
 void CtrlChannel::start_send(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank, CtrlMessage m,
@@ -123,10 +123,9 @@ void CtrlChannel::start_send(const std::shared_ptr<detail::CtrlChannelImpl>& imp
     return impl->complete(std::move(h), make_error_code(Status::PEER_LOST),
                           what + " (its connection ended: " + it->second->lost_why + ")");
   const auto type = static_cast<detail::FrameType>(m.kind());  // CtrlKind values are the frame types
-  it->second->conn->send(detail::encode_frame(type, m.bytes().data(), m.bytes().size()),
-                         [impl, what, h = std::move(h)](runtime::error_code ec) mutable {
-                           impl->complete(std::move(h), ec, what);
-                         });
+  it->second->conn->send(
+      detail::encode_frame(type, m.bytes().data(), m.bytes().size()),
+      [impl, what, h = std::move(h)](runtime::error_code ec) mutable { impl->complete(std::move(h), ec, what); });
 }
 
 void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
@@ -138,23 +137,23 @@ void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& imp
   std::weak_ptr<detail::CtrlChannelImpl::Peer> weak_peer = slot_ref;
   auto slot = runtime::asio::get_associated_cancellation_slot(h);
   slot_ref->inbox.async_pop(
-      timeout,
-      runtime::asio::bind_cancellation_slot(
-          slot, [impl, weak_peer, rank, what, h = std::move(h)](runtime::error_code ec, CtrlMessage msg) mutable {
-            std::string context = what;
-            if (auto p = weak_peer.lock()) {
-              if (!ec) {
-                impl->drained(*p, detail::inbox_cost(msg));
-              } else if (ec == make_error_code(Status::PEER_LOST) && !p->lost_why.empty()) {
-                context += " (its connection ended: " + p->lost_why + ")";
-              } else if (!p->ever_connected) {
-                if (ec == runtime::asio::error::timed_out) context += " (rank " + std::to_string(rank) + " never connected)";
-                auto it = impl->peers.find(rank);
-                if (p->inbox.waiters() == 0 && it != impl->peers.end() && it->second == p) impl->peers.erase(it);
-              }
-            }
-            impl->complete(std::move(h), ec, context, std::move(msg));
-          }));
+      timeout, runtime::asio::bind_cancellation_slot(slot, [impl, weak_peer, rank, what, h = std::move(h)](
+                                                               runtime::error_code ec, CtrlMessage msg) mutable {
+        std::string context = what;
+        if (auto p = weak_peer.lock()) {
+          if (!ec) {
+            impl->drained(*p, detail::inbox_cost(msg));
+          } else if (ec == make_error_code(Status::PEER_LOST) && !p->lost_why.empty()) {
+            context += " (its connection ended: " + p->lost_why + ")";
+          } else if (!p->ever_connected) {
+            if (ec == runtime::asio::error::timed_out)
+              context += " (rank " + std::to_string(rank) + " never connected)";
+            auto it = impl->peers.find(rank);
+            if (p->inbox.waiters() == 0 && it != impl->peers.end() && it->second == p) impl->peers.erase(it);
+          }
+        }
+        impl->complete(std::move(h), ec, context, std::move(msg));
+      }));
 }
 
 }  // namespace hmc

@@ -58,9 +58,9 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     std::shared_ptr<CtrlConnection> conn;  // null before the rank first connected and after it is lost
     runtime::AsyncQueue<CtrlMessage> inbox;
     std::shared_ptr<std::size_t> inbox_total;  // the channel's sum of inbox_bytes, for total_inbox_budget
-    std::size_t inbox_bytes = 0;  // what inbox holds (or hands to a waiter), for inbox_budget
-    bool ever_connected = false;  // false: a placeholder made by a receive that waits for the rank
-    std::string lost_why;         // how the last connection ended
+    std::size_t inbox_bytes = 0;               // what inbox holds (or hands to a waiter), for inbox_budget
+    bool ever_connected = false;               // false: a placeholder made by a receive that waits for the rank
+    std::string lost_why;                      // how the last connection ended
   };
 
   // A TCP leg that was offered the Unix socket: it holds its rank until the client moves or stays.
@@ -141,8 +141,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   asio::awaitable<ClientResult> client_handshake(std::shared_ptr<CtrlConnection> conn, HelloMsg hello);
   std::string auth_failure(const ClientHandshake& hs) const;
   asio::awaitable<ConnectResult> dial(std::string host, std::uint16_t port, Attempt& attempt);
-  asio::awaitable<std::shared_ptr<CtrlConnection>> upgrade(const WelcomeMsg& w, Attempt& attempt,
-                                                           std::string& why_not);
+  asio::awaitable<std::shared_ptr<CtrlConnection>> upgrade(const WelcomeMsg& w, Attempt& attempt, std::string& why_not);
   asio::awaitable<void> connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout,
                                 CtrlChannel::connect_handler h);
 

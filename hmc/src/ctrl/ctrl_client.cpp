@@ -45,9 +45,9 @@ asio::awaitable<CtrlChannelImpl::ClientResult> CtrlChannelImpl::client_handshake
     if (r.ec) {
       // Under TLS 1.3 a server that refuses our certificate says so on the first read.
       const bool tls_error = r.ec.category() == asio::error::get_ssl_category();
-      r.why = tls_error ? "TLS: " + r.ec.message()
-                        : "the server closed the connection during the handshake (" + r.ec.message() +
-                              "); its log says why";
+      r.why = tls_error
+                  ? "TLS: " + r.ec.message()
+                  : "the server closed the connection during the handshake (" + r.ec.message() + "); its log says why";
       r.ec = make_error_code(tls_error ? Status::AUTH_FAILED : Status::PEER_LOST);
       co_return r;
     }
@@ -57,7 +57,7 @@ asio::awaitable<CtrlChannelImpl::ClientResult> CtrlChannelImpl::client_handshake
       continue;
     }
     if (step.what == HandshakeStep::What::failed) {
-      r.ec = make_error_code(hs.rejected() ? status_of_reject(step.code)
+      r.ec = make_error_code(hs.rejected()                          ? status_of_reject(step.code)
                              : step.code == RejectCode::auth_failed ? Status::AUTH_FAILED
                                                                     : Status::PROTOCOL_ERROR);
       r.why = step.code == RejectCode::auth_failed ? auth_failure(hs) : step.why;
@@ -65,8 +65,7 @@ asio::awaitable<CtrlChannelImpl::ClientResult> CtrlChannelImpl::client_handshake
       co_return r;
     }
     r.welcome = hs.welcome();
-    conn->set_heartbeat_interval(
-        std::chrono::milliseconds(heartbeat_for(own_heartbeat_ms(), r.welcome.heartbeat_ms)));
+    conn->set_heartbeat_interval(std::chrono::milliseconds(heartbeat_for(own_heartbeat_ms(), r.welcome.heartbeat_ms)));
     co_return r;
   }
 }
@@ -76,10 +75,12 @@ asio::awaitable<CtrlChannelImpl::ClientResult> CtrlChannelImpl::client_handshake
 std::string CtrlChannelImpl::auth_failure(const ClientHandshake& hs) const {
   if (!hs.rejected())
     return "the server could not prove it holds our key: it uses another key or has authentication off (ours is "
-           "from " + key_origin + "; " + kKeyHint + ")";
+           "from " +
+           key_origin + "; " + kKeyHint + ")";
   if (hs.rejected_reason() == kRejectTlsRequired)
     return std::string("the server requires TLS and this side does not use it: one side uses TLS and the other "
-                       "does not (") + kTlsHint + ")";
+                       "does not (") +
+           kTlsHint + ")";
   if (!opts.authenticate)
     return "the server requires authentication and this side has it off (authenticate = false): turn it on, "
            "with the server's key";
@@ -88,7 +89,7 @@ std::string CtrlChannelImpl::auth_failure(const ClientHandshake& hs) const {
 }
 
 asio::awaitable<CtrlChannelImpl::ConnectResult> CtrlChannelImpl::dial(std::string host, std::uint16_t port,
-                                                                     Attempt& attempt) {
+                                                                      Attempt& attempt) {
   ConnectResult r;
   const bool local = is_local_address(host);
   if (opts.transport == CtrlTransport::uds && !local) {
@@ -98,8 +99,8 @@ asio::awaitable<CtrlChannelImpl::ConnectResult> CtrlChannelImpl::dial(std::strin
   }
   const std::string where = host + ":" + std::to_string(port);
   tcp::resolver resolver(ex);
-  auto endpoints = co_await resolver.async_resolve(host, std::to_string(port),
-                                                   asio::redirect_error(asio::use_awaitable, r.ec));
+  auto endpoints =
+      co_await resolver.async_resolve(host, std::to_string(port), asio::redirect_error(asio::use_awaitable, r.ec));
   if (r.ec) {
     r.why = "cannot resolve " + host + ": " + r.ec.message();
     r.ec = make_error_code(Status::NOT_CONNECTED);
@@ -143,7 +144,8 @@ asio::awaitable<CtrlChannelImpl::ConnectResult> CtrlChannelImpl::dial(std::strin
       r.ec = make_error_code(attempt.deadline.expired() ? Status::TIMEOUT : Status::AUTH_FAILED);
       r.why = peer_spoke_plain_text(ec)
                   ? std::string("the server answered in plain text, not TLS: this side uses TLS and the server "
-                                "does not (") + kTlsHint + ")"
+                                "does not (") +
+                        kTlsHint + ")"
                   : "TLS handshake failed: " + ec.message();
       co_return r;
     }

@@ -87,7 +87,8 @@ void CtrlConnection::start(OnMessage on_message, OnClosed on_closed) {
   rpos_ = 0;
   rbuf_ = std::move(bigger);
   last_rx_ = last_tx_ = clock::now();
-  asio::co_spawn(plain_.get_executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(
+      plain_.get_executor(), [self = shared_from_this()] { return self->read_loop(); }, asio::detached);
   arm_liveness();
 }
 
@@ -201,8 +202,8 @@ void CtrlConnection::watch_send() {
     self->watchdog_armed_ = false;
     if (ec || self->closed_ || !self->writing_) return;
     if (self->writes_done_ == seen && clock::now() - self->write_started_ >= self->limits_.send_timeout) {
-      log().error("ctrl connection {} ({}): a send made no progress for {} ms; declaring the peer lost",
-                  self->remote_, self->transport_, self->limits_.send_timeout.count());
+      log().error("ctrl connection {} ({}): a send made no progress for {} ms; declaring the peer lost", self->remote_,
+                  self->transport_, self->limits_.send_timeout.count());
       self->close(make_error_code(Status::PEER_LOST), "send timed out");
       return;
     }
@@ -261,8 +262,7 @@ std::optional<uid_t> CtrlConnection::peer_uid() {
   if (transport_ != "uds") return std::nullopt;
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(socket().native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
-    return std::nullopt;
+  if (::getsockopt(socket().native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return std::nullopt;
   return cred.uid;
 }
 

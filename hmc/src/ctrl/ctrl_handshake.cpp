@@ -67,8 +67,7 @@ std::string decode_hello(std::span<const std::byte> p, HelloMsg& out) {
   std::memcpy(out.nonce.data(), p.data() + 12, 32);
   std::memcpy(out.ticket.data(), p.data() + 44, 32);
   if ((out.flags & ~kHelloKnownFlags) != 0) return "HELLO with unknown flags " + std::to_string(out.flags);
-  if (((out.flags & kHelloUpgrade) != 0) == all_zero(out.ticket))
-    return "HELLO ticket does not match its upgrade flag";
+  if (((out.flags & kHelloUpgrade) != 0) == all_zero(out.ticket)) return "HELLO ticket does not match its upgrade flag";
   if ((out.flags & kHelloUpgrade) != 0 && out.rank == kAnyRank) return "upgrade HELLO without a rank";
   return {};
 }

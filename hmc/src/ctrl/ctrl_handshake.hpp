@@ -27,7 +27,7 @@ namespace hmc::detail {
 inline constexpr std::uint32_t kAnyRank = 0xFFFFFFFFu;  // HELLO: "assign me a rank"
 // Every handshake frame fits in this (the largest, WELCOME, is 82 bytes + a socket path <= 107).
 inline constexpr std::uint32_t kMaxHandshakeFrame = 512;
-inline constexpr std::size_t kMaxUdsPath = 107;      // sockaddr_un::sun_path less the terminator
+inline constexpr std::size_t kMaxUdsPath = 107;  // sockaddr_un::sun_path less the terminator
 inline constexpr std::size_t kMaxRejectReason = 256;
 // The reason of an auth_failed REJECT that a TLS server sends a client that spoke plain text (the
 // client explains it as a TLS mismatch; any other auth_failed reason means a wrong proof).
@@ -57,10 +57,10 @@ struct HelloMsg {
 
 struct WelcomeMsg {
   std::uint32_t server_rank = 0;
-  std::uint32_t rank = 0;  // the client's rank (assigned for "any")
+  std::uint32_t rank = 0;          // the client's rank (assigned for "any")
   std::uint32_t heartbeat_ms = 0;  // the interval both sides use (see heartbeat_for)
-  Nonce ticket{};          // non-zero when uds_path is offered: quote it in the upgrade HELLO
-  std::string uds_path;    // empty: no Unix socket offered
+  Nonce ticket{};                  // non-zero when uds_path is offered: quote it in the upgrade HELLO
+  std::string uds_path;            // empty: no Unix socket offered
   Mac mac{};
 };
 

@@ -122,9 +122,8 @@ void CtrlChannelImpl::evict(const std::shared_ptr<CtrlConnection>& victim, const
 
 void CtrlChannelImpl::refuse(const std::shared_ptr<CtrlConnection>& conn, RejectCode code, const std::string& why) {
   handshake_log->error("ctrl handshake from " + conn->remote() + " (" + transport_name(*conn) + ") rejected: " + why);
-  conn->send(reject_frame(code, code == RejectCode::auth_failed ? "authentication failed" : why), [conn, why](error_code) {
-    conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
-  });
+  conn->send(reject_frame(code, code == RejectCode::auth_failed ? "authentication failed" : why),
+             [conn, why](error_code) { conn->close(make_error_code(Status::PROTOCOL_ERROR), why); });
 }
 
 asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConnection> conn) {
@@ -145,8 +144,7 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
     if (ec && peer_spoke_plain_text(ec)) {
       // A plain-text client reads a plain REJECT: one fixed, best-effort frame tells it why.
       const auto frame = reject_frame(RejectCode::auth_failed, kRejectTlsRequired);
-      [[maybe_unused]] auto n =
-          ::send(conn->native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      [[maybe_unused]] auto n = ::send(conn->native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       co_return fail(std::string("the client spoke plain text: this server uses TLS and the client does not (") +
                      kTlsHint + ")");
     }
@@ -212,8 +210,8 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
   reserved.erase(it);
   if (closed) co_return;
   if (!problem.empty() || ec) {
-    log().info("ctrl handshake from {}: the TCP leg ended before the client chose a transport: {}",
-               conn->remote(), problem.empty() ? ec.message() : problem);
+    log().info("ctrl handshake from {}: the TCP leg ended before the client chose a transport: {}", conn->remote(),
+               problem.empty() ? ec.message() : problem);
     co_return conn->close(make_error_code(Status::PEER_LOST), "no STAY");
   }
   if (f.header.type != FrameType::stay)
@@ -268,8 +266,7 @@ std::uint16_t CtrlChannel::listen(const std::string& bind_ip, std::uint16_t port
     if (ec) throw InvalidArgumentError("listen: '" + bind_ip + "' is not an IP address");
     detail::tcp::acceptor acc(impl.ex);
     detail::open_tcp_acceptor(acc, detail::tcp::endpoint(addr, port), ec);
-    if (ec)
-      throw InvalidConfigError("cannot listen on " + bind_ip + ":" + std::to_string(port) + ": " + ec.message());
+    if (ec) throw InvalidConfigError("cannot listen on " + bind_ip + ":" + std::to_string(port) + ": " + ec.message());
     const std::uint16_t bound = acc.local_endpoint().port();
     impl.tcp_acceptor.emplace(std::move(acc));
     impl.listening = true;

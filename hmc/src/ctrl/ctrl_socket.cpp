@@ -66,8 +66,7 @@ socket_type accept_one(Acceptor& acc, std::string& remote, error_code& ec) {
   socket_type s(acc.get_executor());
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
-  const int fd = ::accept4(acc.native_handle(), reinterpret_cast<sockaddr*>(&addr), &len,
-                           SOCK_CLOEXEC | SOCK_NONBLOCK);
+  const int fd = ::accept4(acc.native_handle(), reinterpret_cast<sockaddr*>(&addr), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) {
     ec = errno == EAGAIN ? make_error_code(asio::error::would_block) : errno_code();
     return s;

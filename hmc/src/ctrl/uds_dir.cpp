@@ -74,8 +74,8 @@ UdsLocation resolve_uds_location(const std::string& option, std::uint16_t port) 
   std::string why = make_private_dir(dir);
   if (!why.empty() && !option.empty()) {
     // A shared directory (the README passes /tmp) gets this user's own subdirectory.
-    if (auto unsafe = why_not_safe_parent(dir); !unsafe.empty()) throw InvalidConfigError(
-        "no private directory for the control socket: " + unsafe);
+    if (auto unsafe = why_not_safe_parent(dir); !unsafe.empty())
+      throw InvalidConfigError("no private directory for the control socket: " + unsafe);
     dir = user_subdir(dir);
     why = make_private_dir(dir);
   }

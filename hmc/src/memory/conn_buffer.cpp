@@ -46,8 +46,7 @@ void ConnBuffer::check_range(std::size_t offset, std::size_t n) const {
   // Written as two comparisons so offset + n can never wrap around.
   if (n > size_ || offset > size_ - n)
     throw OutOfRangeError(std::to_string(n) + " bytes at offset " + std::to_string(offset) +
-                          " do not fit in the session buffer of " + std::to_string(size_) + " bytes" +
-                          kRangeAdvice);
+                          " do not fit in the session buffer of " + std::to_string(size_) + " bytes" + kRangeAdvice);
 }
 
 void ConnBuffer::write_from_cpu(const void* src, std::size_t n, std::size_t offset) {
@@ -86,10 +85,8 @@ void ConnBuffer::write_from_gpu(const void* src, std::size_t n, std::size_t offs
   const Memory& peer = device_peer(gpu, "write_from_gpu");
   check_pointer(src, n, "write_from_gpu", "source");
   if (n == 0) return;
-  if (type() == MemoryType::CPU)
-    peer.copy_device_to_host(at(data_, offset), src, n);
-  else
-    memory_->copy_device_to_device(at(data_, offset), src, n);
+  if (type() == MemoryType::CPU) peer.copy_device_to_host(at(data_, offset), src, n);
+  else memory_->copy_device_to_device(at(data_, offset), src, n);
 }
 
 void ConnBuffer::read_to_gpu(void* dst, std::size_t n, std::size_t offset, const Memory* gpu) const {
@@ -97,10 +94,8 @@ void ConnBuffer::read_to_gpu(void* dst, std::size_t n, std::size_t offset, const
   const Memory& peer = device_peer(gpu, "read_to_gpu");
   check_pointer(dst, n, "read_to_gpu", "destination");
   if (n == 0) return;
-  if (type() == MemoryType::CPU)
-    peer.copy_host_to_device(dst, at(data_, offset), n);
-  else
-    memory_->copy_device_to_device(dst, at(data_, offset), n);
+  if (type() == MemoryType::CPU) peer.copy_host_to_device(dst, at(data_, offset), n);
+  else memory_->copy_device_to_device(dst, at(data_, offset), n);
 }
 
 void ConnBuffer::copy_within(std::size_t dst_offset, std::size_t src_offset, std::size_t n) {

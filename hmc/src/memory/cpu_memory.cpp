@@ -16,17 +16,15 @@ namespace {
 
 void check_pointers(const void* dst, const void* src, std::size_t n, const char* operation) {
   if (n > 0 && (dst == nullptr || src == nullptr))
-    throw InvalidArgumentError(std::string("CPU ") + operation + " of " + std::to_string(n) +
-                               " bytes with a null " + (dst == nullptr ? "destination" : "source") +
-                               ": pass a valid pointer or n = 0");
+    throw InvalidArgumentError(std::string("CPU ") + operation + " of " + std::to_string(n) + " bytes with a null " +
+                               (dst == nullptr ? "destination" : "source") + ": pass a valid pointer or n = 0");
 }
 
 }  // namespace
 
 void CpuMemory::check_device(int device_id) {
   if (device_id < 0)
-    throw InvalidArgumentError("CPU memory with device id " + std::to_string(device_id) +
-                               ": device ids start at 0");
+    throw InvalidArgumentError("CPU memory with device id " + std::to_string(device_id) + ": device ids start at 0");
 }
 
 CpuMemory::CpuMemory(int device_id) : Memory(device_id) { check_device(device_id); }
@@ -37,8 +35,8 @@ void* CpuMemory::allocate(std::size_t size) {
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
-    throw Error(Status::ERROR, "CPU allocation of " + std::to_string(size) + " bytes failed: mmap: " +
-                                   std::generic_category().message(err));
+    throw Error(Status::ERROR, "CPU allocation of " + std::to_string(size) +
+                                   " bytes failed: mmap: " + std::generic_category().message(err));
   }
   return p;
 }

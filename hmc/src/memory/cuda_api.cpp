@@ -27,8 +27,8 @@ HMC_SAME_AS(stream_add_callback, cudaStreamAddCallback);
 
 template <>
 const GpuApi<CudaRuntime>& gpu_api<CudaRuntime>() {
-  static const GpuApi<CudaRuntime> api = load_gpu_api<CudaRuntime>(
-      "the CUDA runtime (" HMC_CUDART_SONAME ")", HMC_CUDART_SONAME, HMC_CUDART_PATH);
+  static const GpuApi<CudaRuntime> api =
+      load_gpu_api<CudaRuntime>("the CUDA runtime (" HMC_CUDART_SONAME ")", HMC_CUDART_SONAME, HMC_CUDART_PATH);
   return api;
 }
 

@@ -74,8 +74,7 @@ MemoryType GpuMemory<Runtime>::type() const noexcept {
 
 template <class Runtime>
 void* GpuMemory<Runtime>::allocate(std::size_t size) {
-  if (size == 0)
-    throw InvalidArgumentError(gpu_text(Runtime::name, " allocation of 0 bytes: ask for at least 1 byte"));
+  if (size == 0) throw InvalidArgumentError(gpu_text(Runtime::name, " allocation of 0 bytes: ask for at least 1 byte"));
   gpu_memory_detail::DeviceGuard<Runtime> guard(device_id());
   guard.check_entered();
   void* p = nullptr;
@@ -93,8 +92,8 @@ void GpuMemory<Runtime>::free(void* ptr, std::size_t size) noexcept {
   if (e == Runtime::success) e = gpu_api<Runtime>().free(ptr);
   if (e != Runtime::success) {
     clear_gpu_error<Runtime>();
-    runtime::log().warn("{} of a {}-byte buffer on {} device {} failed: {}", Runtime::symbols.free, size,
-                        Runtime::name, device_id(), describe_gpu_error<Runtime>(e));
+    runtime::log().warn("{} of a {}-byte buffer on {} device {} failed: {}", Runtime::symbols.free, size, Runtime::name,
+                        device_id(), describe_gpu_error<Runtime>(e));
   }
 }
 

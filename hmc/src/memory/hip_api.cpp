@@ -26,8 +26,8 @@ HMC_SAME_AS(stream_add_callback, hipStreamAddCallback);
 
 template <>
 const GpuApi<HipRuntime>& gpu_api<HipRuntime>() {
-  static const GpuApi<HipRuntime> api = load_gpu_api<HipRuntime>(
-      "the ROCm HIP runtime (" HMC_HIP_RUNTIME_SONAME ")", HMC_HIP_RUNTIME_SONAME, HMC_HIP_RUNTIME_PATH);
+  static const GpuApi<HipRuntime> api = load_gpu_api<HipRuntime>("the ROCm HIP runtime (" HMC_HIP_RUNTIME_SONAME ")",
+                                                                 HMC_HIP_RUNTIME_SONAME, HMC_HIP_RUNTIME_PATH);
   return api;
 }
 

@@ -1,6 +1,6 @@
 // GpuMemory over the HIP runtime.
-#include "memory/hip_api.hpp"
 #include "memory/gpu_memory_impl.hpp"
+#include "memory/hip_api.hpp"
 
 namespace hmc::detail {
 

@@ -1,8 +1,8 @@
 #include "security/auth.hpp"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 #include <sys/random.h>
@@ -68,8 +68,8 @@ AuthKey trimmed(std::string text) {
 
 AuthKey long_enough(AuthKey key, const std::string& origin) {
   if (key.size() < kMinKeyBytes)
-    throw InvalidConfigError("the auth key from " + origin + " is " + std::to_string(key.size()) +
-                             " bytes: at least " + std::to_string(kMinKeyBytes) +
+    throw InvalidConfigError("the auth key from " + origin + " is " + std::to_string(key.size()) + " bytes: at least " +
+                             std::to_string(kMinKeyBytes) +
                              " are needed (make one with: head -c 32 /dev/urandom | base64)");
   return key;
 }

@@ -59,8 +59,8 @@ class ThrottledLog : public std::enable_shared_from_this<ThrottledLog> {
 
   void summarize() {
     if (suppressed_ == 0) return;
-    emit(level_, subject_ + ": " + std::to_string(suppressed_) + " more like this not logged one by one (the last: " +
-                     last_ + ")");
+    emit(level_, subject_ + ": " + std::to_string(suppressed_) +
+                     " more like this not logged one by one (the last: " + last_ + ")");
     suppressed_ = 0;
     level_ = runtime::LogLevel::trace;
   }

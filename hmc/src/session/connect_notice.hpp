@@ -52,10 +52,10 @@ class ConnectNotice {
       if (ec || s->over) return;
       const auto waited = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - s->start);
       runtime::log().warn("connect: still connecting to {} ({} s of {} s): {}", s->whom, waited.count(),
-                         std::chrono::ceil<std::chrono::seconds>(s->budget).count(),
-                         s->control_up ? "the control connection is up; waiting for the data connection"
-                                       : "no control connection yet (is the peer running, and listening on that "
-                                         "port?)");
+                          std::chrono::ceil<std::chrono::seconds>(s->budget).count(),
+                          s->control_up ? "the control connection is up; waiting for the data connection"
+                                        : "no control connection yet (is the peer running, and listening on that "
+                                          "port?)");
       arm(s);
     });
   }

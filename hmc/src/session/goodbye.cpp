@@ -32,12 +32,13 @@ void SessionImpl::start_close(Session::handler h) {
     if (bye_seen.count(rank) == 0) goodbye_waiting.insert(rank);
     ++goodbye_unsent;
     flush_then(rank, [weak = weak_from_this(), rank] {
-      if (auto self = weak.lock()) self->send_bye(rank, [weak] {
-        if (auto s = weak.lock(); s && s->goodbye_unsent > 0) {
-          --s->goodbye_unsent;
-          s->maybe_finish_close();
-        }
-      });
+      if (auto self = weak.lock())
+        self->send_bye(rank, [weak] {
+          if (auto s = weak.lock(); s && s->goodbye_unsent > 0) {
+            --s->goodbye_unsent;
+            s->maybe_finish_close();
+          }
+        });
     });
   }
   maybe_finish_close();

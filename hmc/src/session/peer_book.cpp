@@ -30,7 +30,7 @@ void SessionImpl::peer_info(std::uint32_t rank, const CtrlMessage& m) {
     return fast_switch(rank);
   if (transport->peer(rank) == nullptr) transport->set_peer_host(rank, ctrl->remote_host(rank));
   std::string why = transport->peer(rank) != nullptr ? "a second peer info for a live connection"
-                                                      : transport->add_peer(rank, m.bytes());
+                                                     : transport->add_peer(rank, m.bytes());
   if (!why.empty()) {
     log().error("data connection to rank {} failed: {}; dropping the peer", rank, why);
     return peer_down(rank, "its data connection failed: " + why);
@@ -81,8 +81,7 @@ void SessionImpl::connected(std::uint32_t rank, const std::string& ip, std::opti
   if (p == nullptr) throw PeerLostError("connect to " + ip + ": rank " + std::to_string(rank) + " went away");
   if (port && p->data_port != *port) {
     const std::uint16_t served = p->data_port;
-    peer_down(rank, "connect() found it serves data port " + std::to_string(served) + ", not " +
-                        std::to_string(*port));
+    peer_down(rank, "connect() found it serves data port " + std::to_string(served) + ", not " + std::to_string(*port));
     throw InvalidArgumentError("the session at " + ip + " (rank " + std::to_string(rank) + ") serves data port " +
                                std::to_string(served) + ", not " + std::to_string(*port));
   }
@@ -106,7 +105,8 @@ std::vector<std::uint32_t> SessionImpl::ranks_named(const std::string& ip, std::
 
 // The one peer named (ip, port), or why not: NotConnectedError when none is, InvalidArgumentError
 // naming every match when several are.
-std::exception_ptr SessionImpl::resolve(const std::string& ip, std::optional<std::uint16_t> port, std::uint32_t& rank) const {
+std::exception_ptr SessionImpl::resolve(const std::string& ip, std::optional<std::uint16_t> port,
+                                        std::uint32_t& rank) const {
   const std::vector<std::uint32_t> ranks = ranks_named(ip, port);
   if (ranks.size() == 1) {  // Python's put_remote(ip, ...) resolves per call: no name built for it
     rank = ranks.front();
@@ -123,12 +123,11 @@ std::exception_ptr SessionImpl::resolve(const std::string& ip, std::optional<std
   std::string list;
   for (std::uint32_t r : ranks) {
     const PeerRecord* p = transport->peer(r);
-    list += (list.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (" + p->ip + ":" +
-                                          std::to_string(p->data_port) + ")");
+    list += (list.empty() ? "" : ", ") +
+            ("rank " + std::to_string(r) + " (" + p->ip + ":" + std::to_string(p->data_port) + ")");
   }
   return std::make_exception_ptr(InvalidArgumentError(std::to_string(ranks.size()) + " peers match " + name + ": " +
-                                                      list + "; name one by rank" +
-                                                      (port ? "" : " or by ip:port")));
+                                                      list + "; name one by rank" + (port ? "" : " or by ip:port")));
 }
 
 void SessionImpl::wait_address(const std::string& ip, std::optional<std::uint16_t> port,
@@ -149,8 +148,9 @@ void SessionImpl::wait_address(const std::string& ip, std::optional<std::uint16_
     auto self = weak.lock();
     if (ec || !self) return;  // woken by a peer, or the session is gone
     const std::string name = port ? ip + ":" + std::to_string(*port) : ip;
-    self->finish_waiter(id, std::make_exception_ptr(TimeoutError(
-                                "no peer at " + name + " connected within " + std::to_string(timeout.count()) + " ms")),
+    self->finish_waiter(id,
+                        std::make_exception_ptr(TimeoutError("no peer at " + name + " connected within " +
+                                                             std::to_string(timeout.count()) + " ms")),
                         0);
   });
 }

@@ -187,7 +187,8 @@ void Session::start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl
     return impl->transport->submit(
         put, [impl, peer, m = std::move(message), h = std::move(h)](runtime::error_code ec) mutable {
           if (!ec) return start_ctrl_send(impl, peer, std::move(m), std::move(h));
-          to_caller(impl->loop.executor(), std::move(h), [peer] { return "put_notify to rank " + std::to_string(peer); })(ec);
+          to_caller(impl->loop.executor(), std::move(h),
+                    [peer] { return "put_notify to rank " + std::to_string(peer); })(ec);
         });
   }
   const std::vector<std::byte> wire = detail::encode_fast_message(message);
@@ -198,9 +199,8 @@ void Session::start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl
   request.region = region;
   request.segments = segments_of(segment);
   request.message = wire;
-  impl->transport->submit(request, to_caller(ex, std::move(h), [peer] {
-                            return "put_notify to rank " + std::to_string(peer);
-                          }));
+  impl->transport->submit(request,
+                          to_caller(ex, std::move(h), [peer] { return "put_notify to rank " + std::to_string(peer); }));
 }
 
 std::future<void> Session::put_nb(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size) {
@@ -231,9 +231,8 @@ void Session::start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, 
     request.rank = peer;
     request.kind = detail::OpKind::message;
     request.message = wire;
-    return impl->transport->submit(request, to_caller(impl->loop.executor(), std::move(h), [peer] {
-                                     return "ctrl_send to rank " + std::to_string(peer);
-                                   }));
+    return impl->transport->submit(request, to_caller(impl->loop.executor(), std::move(h),
+                                                      [peer] { return "ctrl_send to rank " + std::to_string(peer); }));
   }
   impl->ctrl->async_send(peer, std::move(m), std::move(h));
 }

@@ -26,17 +26,17 @@ void SessionImpl::ensure_ctrl(std::uint32_t self_id, const std::string& uds_dir)
   co.authenticate = opts.authenticate && co.authenticate;
   ctrl = std::make_unique<CtrlChannel>(loop, self_id, co);
   std::weak_ptr<SessionImpl> weak = weak_from_this();
-  ctrl->set_handlers(CtrlHandlers{
-      [weak](std::uint32_t rank, bool up) {
-        auto self = weak.lock();
-        if (!self) return;
-        if (up) return self->peer_up(rank);
-        const std::string why = self->ctrl->lost_reason(rank);
-        self->peer_down(rank, "its control connection ended" + (why.empty() ? std::string() : ": " + why));
-      },
-      [weak](std::uint32_t rank, CtrlMessage m) {
-        if (auto self = weak.lock()) self->peer_info(rank, m);
-      }});
+  ctrl->set_handlers(CtrlHandlers{[weak](std::uint32_t rank, bool up) {
+                                    auto self = weak.lock();
+                                    if (!self) return;
+                                    if (up) return self->peer_up(rank);
+                                    const std::string why = self->ctrl->lost_reason(rank);
+                                    self->peer_down(rank, "its control connection ended" +
+                                                              (why.empty() ? std::string() : ": " + why));
+                                  },
+                                  [weak](std::uint32_t rank, CtrlMessage m) {
+                                    if (auto self = weak.lock()) self->peer_info(rank, m);
+                                  }});
 }
 
 }  // namespace hmc::detail

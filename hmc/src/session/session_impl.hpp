@@ -72,7 +72,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
     std::string how;
     std::string ip, dialed;  // advertised and dialled addresses
     std::uint16_t data_port = 0;
-    std::uint64_t seq = 0;   // which entry of lost_order is this one's
+    std::uint64_t seq = 0;  // which entry of lost_order is this one's
   };
   static constexpr std::size_t kMaxLost = 1024;
 
@@ -111,20 +111,20 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::unique_ptr<ConnBuffer> buffer;
   std::unique_ptr<CtrlChannel> ctrl;
   std::unique_ptr<Transport> transport;
-  ConnType conn = ConnType::UCX;  // what `transport` is
-  runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable data connection
-  std::map<std::uint32_t, std::string> dialed;  // rank -> the ip connect() reached it at
+  ConnType conn = ConnType::UCX;                           // what `transport` is
+  runtime::AsyncReadySet<std::uint32_t> ready;             // ranks with a usable data connection
+  std::map<std::uint32_t, std::string> dialed;             // rank -> the ip connect() reached it at
   std::map<std::uint64_t, AddressWaiter> address_waiters;  // one per blocked caller: bounded by callers
   std::uint64_t next_waiter = 0;
-  std::set<std::uint32_t> fast_send, fast_recv;             // ranks whose control messages use the fast path
+  std::set<std::uint32_t> fast_send, fast_recv;  // ranks whose control messages use the fast path
   struct Early {
     std::vector<CtrlMessage> messages;
     std::size_t bytes = 0;
   };
-  std::map<std::uint32_t, Early> fast_early;  // fast-path messages that overtook the SWITCH
-  std::size_t early_bytes = 0;                // over every peer's Early
+  std::map<std::uint32_t, Early> fast_early;      // fast-path messages that overtook the SWITCH
+  std::size_t early_bytes = 0;                    // over every peer's Early
   static constexpr std::size_t kMaxEarly = 4096;  // a sender cannot make us hold more
-  std::map<std::uint32_t, Loss> linked;  // ranks whose control connection is up, with their names once ready
+  std::map<std::uint32_t, Loss> linked;           // ranks whose control connection is up, with their names once ready
   std::map<std::uint32_t, Loss> lost;
   std::deque<std::pair<std::uint32_t, std::uint64_t>> lost_order;  // (rank, seq), oldest first
   std::uint64_t loss_seq = 0;

@@ -50,7 +50,8 @@ std::chrono::milliseconds wait_budget(const SessionOptions& o) { return with_gra
 
 // A client's set-up before it dials, on the loop: its transport (also into conn_type), its control
 // channel as self_id, the address it is known by.
-void prepare_connect(detail::SessionImpl& impl, ConnType conn, std::uint32_t self_id, std::atomic<ConnType>& conn_type) {
+void prepare_connect(detail::SessionImpl& impl, ConnType conn, std::uint32_t self_id,
+                     std::atomic<ConnType>& conn_type) {
   if (impl.closed) throw ClosedError("connect on a closed session");
   impl.use_conn(conn, "connect");
   conn_type = impl.conn;
@@ -86,9 +87,9 @@ std::uint32_t Session::dial(const std::string& ip, std::uint16_t ctrl_port, std:
   const std::string where = ip + ":" + std::to_string(ctrl_port);
   detail::ConnectNotice notice(
       *loop_, (peer_id ? "rank " + std::to_string(*peer_id) : std::string("the server")) + " at " + where, budget);
-  const std::uint32_t rank =
-      wait_for(*loop_, impl_->ctrl->async_connect(ip, ctrl_port, budget, runtime::asio::use_future),
-               with_grace(budget), "connect to " + where);
+  const std::uint32_t rank = wait_for(*loop_,
+                                      impl_->ctrl->async_connect(ip, ctrl_port, budget, runtime::asio::use_future),
+                                      with_grace(budget), "connect to " + where);
   if (peer_id && rank != *peer_id) {
     impl_->ctrl->disconnect(rank);
     throw InvalidArgumentError("the session at " + where + " is rank " + std::to_string(rank) + ", not peer_id " +
@@ -118,9 +119,9 @@ void Session::wait_ready(std::uint32_t rank, std::chrono::milliseconds timeout, 
                                                       " failed while connecting (its reason is in the log)")));
         }
         impl->ready.async_wait(rank, timeout, [impl, rank, h = std::move(h)](runtime::error_code ec) mutable {
-          runtime::complete_later(impl->loop.executor(), std::move(h),
-                                  ec ? make_error(ec, "waiting for a data connection to rank " + std::to_string(rank))
-                                     : nullptr);
+          runtime::complete_later(
+              impl->loop.executor(), std::move(h),
+              ec ? make_error(ec, "waiting for a data connection to rank " + std::to_string(rank)) : nullptr);
         });
       });
   wait_for(*loop_, std::move(f), timeout + std::chrono::seconds(1), "wait_peer");

@@ -97,8 +97,9 @@ void SessionImpl::install(std::unique_ptr<Transport> t, ConnType type) {
 void SessionImpl::use_conn(ConnType type, const std::string& what) {
   if (type == conn || type == ConnType::UCX) return;
   if (ctrl)
-    throw InvalidArgumentError(what + ": ConnType::RDMA on a session that already carries its data over UCX or HMC's TCP path; "
-                                      "create a session with conn_type RDMA (one transport per session)");
+    throw InvalidArgumentError(
+        what + ": ConnType::RDMA on a session that already carries its data over UCX or HMC's TCP path; "
+               "create a session with conn_type RDMA (one transport per session)");
   install(make_transport(type), type);  // the new one is built first: a failure leaves the session's transport in place
 }
 

@@ -47,9 +47,7 @@ void DeviceCopier::drain(std::vector<Done>& out) {
   done_.clear();
 }
 
-bool is_device_memory(MemoryType type) noexcept {
-  return type != MemoryType::CPU && type != MemoryType::DEFAULT;
-}
+bool is_device_memory(MemoryType type) noexcept { return type != MemoryType::CPU && type != MemoryType::DEFAULT; }
 
 namespace {
 // One slot per memory type (the enum's values are small).

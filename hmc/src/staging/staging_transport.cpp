@@ -51,7 +51,7 @@ struct StagingTransport::Device {
   std::shared_ptr<DeviceCopier> copier;
   std::unique_ptr<runtime::asio::posix::stream_descriptor> fd;
   std::unique_ptr<BouncePool> pool;
-  std::uint64_t pool_region = 0;  // the pool as the inner transport's registered memory
+  std::uint64_t pool_region = 0;      // the pool as the inner transport's registered memory
   std::deque<std::uint64_t> waiting;  // operations waiting for a free slot, FIFO
 };
 
@@ -62,9 +62,9 @@ struct StagingTransport::Op {
   explicit Op(Completion d) : done(std::move(d)) {}
 
   std::uint64_t id = 0;
-  OpRequest request;                // its segments point into `segments` (a request only borrows them)
+  OpRequest request;  // its segments point into `segments` (a request only borrows them)
   std::vector<Segment> segments;
-  std::vector<std::byte> notify;    // put-with-notify: the message sent once the bytes are in place
+  std::vector<std::byte> notify;  // put-with-notify: the message sent once the bytes are in place
   Completion done;
   Device* device = nullptr;  // local memory staged through this device's slots; null: moved directly
   std::byte* local_base = nullptr;
@@ -72,11 +72,11 @@ struct StagingTransport::Op {
   std::size_t segment = 0;  // the next piece: segments[segment] from byte `cursor`
   std::size_t cursor = 0;
   std::size_t window = 0;
-  std::size_t active = 0;    // pieces (or the whole inner operation) in copies or the inner transport
-  std::size_t answers = 0;   // stage requests not answered yet
+  std::size_t active = 0;   // pieces (or the whole inner operation) in copies or the inner transport
+  std::size_t answers = 0;  // stage requests not answered yet
   bool moving = false;
-  bool queued = false;       // in device->waiting
-  bool finished = false;     // the caller was told
+  bool queued = false;    // in device->waiting
+  bool finished = false;  // the caller was told
   std::unique_ptr<runtime::asio::steady_timer> deadline;
 };
 
@@ -114,10 +114,8 @@ StagingTransport::StagingTransport(runtime::EventLoop& loop, ConnBuffer& buffer,
       if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PROTOCOL_ERROR));
       return;
     }
-    if (m->kind == StageKind::answer)
-      answered(rank, *m);
-    else
-      serve(rank, *m);
+    if (m->kind == StageKind::answer) answered(rank, *m);
+    else serve(rank, *m);
   };
   if (buffer_device_ != nullptr) pool_of(*buffer_device_);  // allocation failures show at construction
 }
@@ -238,10 +236,8 @@ std::uint64_t StagingTransport::register_region(void* base, std::size_t size, Me
 void StagingTransport::unregister_region(std::uint64_t id) {
   auto it = regions_.find(id);
   if (it == regions_.end()) return inner_->unregister_region(id);
-  if (it->second.users == 0)
-    regions_.erase(it);
-  else
-    it->second.unregistered = true;
+  if (it->second.users == 0) regions_.erase(it);
+  else it->second.unregistered = true;
 }
 
 std::size_t StagingTransport::region_size(std::uint64_t id) const {
@@ -350,20 +346,20 @@ void StagingTransport::pump(Op& op) {
       r.kind = is_put ? OpKind::put : OpKind::get;
       r.region = d.pool_region;
       r.segments = std::span<const Segment>(&piece, 1);
-      inner_->submit(std::move(r), [this, life, id, slot, is_put, device_at, host_at, n = piece.size,
-                                    &d](error_code ec2) {
-        if (!life.lock()) return;
-        Op* o2 = find_op(id);
-        if (o2 == nullptr) return;
-        if (ec2 || is_put || o2->finished) return piece_done(*o2, slot, ec2);
-        // get: the bytes are in the slot; now slot -> device.
-        const error_code ec3 = start_copy(d, DeviceCopier::Direction::to_device, device_at, host_at, n,
-                                          [this, life, id, slot](error_code ec4) {
-                                            if (!life.lock()) return;
-                                            if (Op* o3 = find_op(id)) piece_done(*o3, slot, ec4);
-                                          });
-        if (ec3) piece_done(*o2, slot, ec3);
-      });
+      inner_->submit(std::move(r),
+                     [this, life, id, slot, is_put, device_at, host_at, n = piece.size, &d](error_code ec2) {
+                       if (!life.lock()) return;
+                       Op* o2 = find_op(id);
+                       if (o2 == nullptr) return;
+                       if (ec2 || is_put || o2->finished) return piece_done(*o2, slot, ec2);
+                       // get: the bytes are in the slot; now slot -> device.
+                       const error_code ec3 = start_copy(d, DeviceCopier::Direction::to_device, device_at, host_at, n,
+                                                         [this, life, id, slot](error_code ec4) {
+                                                           if (!life.lock()) return;
+                                                           if (Op* o3 = find_op(id)) piece_done(*o3, slot, ec4);
+                                                         });
+                       if (ec3) piece_done(*o2, slot, ec3);
+                     });
     };
     if (is_put) {  // device -> slot, then RMA from the slot
       if (error_code ec = start_copy(d, DeviceCopier::Direction::to_host, host_at, device_at, n, rma)) {
@@ -383,10 +379,8 @@ void StagingTransport::piece_done(Op& op, std::size_t slot, error_code ec) {
   --op.active;
   if (ec) finish(op, ec);
   if (!op.finished) {
-    if (op.segment == op.request.segments.size() && op.active == 0)
-      after_move(op);
-    else
-      pump(op);
+    if (op.segment == op.request.segments.size() && op.active == 0) after_move(op);
+    else pump(op);
   }
   maybe_free(op);
   wake_waiters(d);
@@ -456,10 +450,8 @@ void StagingTransport::answered(std::uint32_t rank, const StageMessage& m) {
   if (op == nullptr || op->finished) return;
   if (m.status != 0) return finish(*op, from_status(m.status)), maybe_free(*op);
   if (--op->answers != 0) return;
-  if (op->moving || op->request.kind == OpKind::put)
-    succeed(*op);
-  else
-    begin_move(*op);
+  if (op->moving || op->request.kind == OpKind::put) succeed(*op);
+  else begin_move(*op);
   maybe_free(*op);
 }
 

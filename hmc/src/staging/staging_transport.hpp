@@ -106,7 +106,7 @@ class StagingTransport final : public Transport {
   ConnBuffer& buffer_;
   StagingOptions options_;
   std::map<std::pair<MemoryType, int>, std::unique_ptr<Device>> devices_;
-  Device* buffer_device_ = nullptr;   // the session buffer's device, when the buffer is staged
+  Device* buffer_device_ = nullptr;     // the session buffer's device, when the buffer is staged
   std::unique_ptr<ConnBuffer> mirror_;  // what peers reach of a staged session buffer
   std::unique_ptr<Transport> inner_;
   std::map<std::uint64_t, StagedRegion> regions_;  // registered device memory the inner transport cannot move
@@ -118,7 +118,7 @@ class StagingTransport final : public Transport {
   std::uint64_t next_request_ = 1;
   std::unordered_map<std::uint64_t, CopyDone> copies_;  // copy id -> what follows it
   std::uint64_t next_copy_ = 1;
-  std::map<std::uint32_t, std::size_t> serving_;  // rank -> its stage requests being copied here
+  std::map<std::uint32_t, std::size_t> serving_;          // rank -> its stage requests being copied here
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // posted handlers check it: we may be gone
 };
 

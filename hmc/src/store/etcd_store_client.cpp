@@ -161,8 +161,7 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
         runtime::error_code ec;
         tcp::resolver resolver(ex);
         const std::string service = std::to_string(port);
-        auto eps = co_await resolver.async_resolve(host, service,
-                                                   asio::redirect_error(asio::use_awaitable, ec));
+        auto eps = co_await resolver.async_resolve(host, service, asio::redirect_error(asio::use_awaitable, ec));
         if (ec) co_return std::pair{Socket{}, "cannot resolve " + host + ": " + ec.message()};
         auto s = track(std::make_shared<tcp::socket>(ex));
         co_await asio::async_connect(*s, eps, asio::redirect_error(asio::use_awaitable, ec));
@@ -323,7 +322,8 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
       cmp["target"] = "CREATE";
       cmp["create_revision"] = "0";
     }
-    json::object txn{{"compare", json::array{cmp}}, {"success", json::array{json::object{{"request_put", put_of(key, value)}}}}};
+    json::object txn{{"compare", json::array{cmp}},
+                     {"success", json::array{json::object{{"request_put", put_of(key, value)}}}}};
     auto r = co_await call("/v3/kv/txn", txn, deadline);
     if (!r.error.empty()) co_return r.error;
     swapped = bool_field(r.body, "succeeded");
@@ -362,7 +362,8 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
       co_await http::async_read_header(*s, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return std::pair{Status::NOT_CONNECTED, where() + ": " + ec.message()};
       if (parser.get().result() != http::status::ok)
-        co_return std::pair{Status::NOT_CONNECTED, where() + ": watch: HTTP " + std::to_string(parser.get().result_int())};
+        co_return std::pair{Status::NOT_CONNECTED,
+                            where() + ": watch: HTTP " + std::to_string(parser.get().result_int())};
       json::parse_options po;
       po.max_depth = 32;
       json::stream_parser jp({}, po);
@@ -391,7 +392,8 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
           const json::object* result = v.is_object() ? object_field(v.as_object(), "result") : nullptr;
           if (result == nullptr) continue;
           if (bool_field(*result, "canceled"))
-            co_return std::pair{Status::NOT_CONNECTED, "etcd cancelled the watch: " + string_field(*result, "cancel_reason")};
+            co_return std::pair{Status::NOT_CONNECTED,
+                                "etcd cancelled the watch: " + string_field(*result, "cancel_reason")};
           const auto* events = array_field(*result, "events");
           if (events == nullptr) continue;
           for (const auto& e : *events) {
@@ -518,7 +520,8 @@ struct EtcdStoreClient::Impl : std::enable_shared_from_this<Impl> {
 
   asio::awaitable<void> keep_alive() {
     auto self = shared_from_this();
-    const auto period = std::max<milliseconds>(std::chrono::duration_cast<milliseconds>(options.lease_ttl) / 3, milliseconds(500));
+    const auto period =
+        std::max<milliseconds>(std::chrono::duration_cast<milliseconds>(options.lease_ttl) / 3, milliseconds(500));
     while (!closed) {
       keepalive.expires_after(period);
       runtime::error_code ec;
@@ -564,8 +567,8 @@ asio::awaitable<std::exception_ptr> EtcdStoreClient::connect(milliseconds timeou
     if (r.error.empty()) {
       const std::int64_t id = int_field(r.body, "ID");
       if (id == 0)
-        co_return store_error(Status::PROTOCOL_ERROR, "store " + impl->url + ": etcd granted no lease: " +
-                                                          string_field(r.body, "error"));
+        co_return store_error(Status::PROTOCOL_ERROR,
+                              "store " + impl->url + ": etcd granted no lease: " + string_field(r.body, "error"));
       impl->lease = std::to_string(id);
       local_address_ = impl->local_address;
       asio::co_spawn(impl->ex, impl->keep_alive(), asio::detached);

@@ -135,8 +135,7 @@ void Store::open(const std::string& url, StoreOptions options, runtime::EventLoo
     throw InvalidConfigError("store job id '" + options.job_id + "' must not contain '/'");
   state_->options = options;
   state_->url = url;
-  if (loop->in_loop_thread())
-    throw InvalidArgumentError("Store: construct it off its loop thread (connecting blocks)");
+  if (loop->in_loop_thread()) throw InvalidArgumentError("Store: construct it off its loop thread (connecting blocks)");
 
   std::promise<std::exception_ptr> connected;
   auto result = connected.get_future();
@@ -148,7 +147,7 @@ void Store::open(const std::string& url, StoreOptions options, runtime::EventLoo
         try {
           if (address.scheme == "tcp") {
             auto c = std::make_shared<detail::TcpStoreClient>(state->ex, address.url, address.endpoints[0].first,
-                                                               address.endpoints[0].second, o);
+                                                              address.endpoints[0].second, o);
             e = co_await c->connect(o.timeout);
             state->backend = c;
           } else {
@@ -225,20 +224,23 @@ void Store::start_on_loop(const std::shared_ptr<detail::StoreState>& state, OpCo
   r.expected = std::move(expected);
   r.delta = delta;
   r.timeout = timeout;
-  state->backend->start(std::move(r), [done = std::move(done), prefix](std::exception_ptr e, wire::Reply reply) mutable {
-    std::move(done)(e, std::move(reply.value), reply.number, reply.flag);
-  });
+  state->backend->start(std::move(r),
+                        [done = std::move(done), prefix](std::exception_ptr e, wire::Reply reply) mutable {
+                          std::move(done)(e, std::move(reply.value), reply.number, reply.flag);
+                        });
 }
 
 template <class T, class F>
 T Store::blocking(const char* what, std::chrono::milliseconds timeout, F start_op) {
   if (loop_->in_loop_thread())
-    throw InvalidArgumentError(std::string("Store::") + what + " blocks: call it off the loop thread (or co_await async_*)");
+    throw InvalidArgumentError(std::string("Store::") + what +
+                               " blocks: call it off the loop thread (or co_await async_*)");
   auto f = start_op();
   // The operation times itself out (with its context); this wait only guards against a lost reply.
   const auto guard = timeout + std::chrono::seconds(10);
   if (!loop_->wait(f, runtime::deadline_after(guard)))
-    throw TimeoutError("store " + state_->url + ": " + what + " not complete after " + std::to_string(guard.count()) + " ms");
+    throw TimeoutError("store " + state_->url + ": " + what + " not complete after " + std::to_string(guard.count()) +
+                       " ms");
   return f.get();
 }
 
@@ -259,7 +261,8 @@ void Store::wait(const std::vector<std::string>& keys, std::chrono::milliseconds
 }
 
 std::int64_t Store::add(const std::string& key, std::int64_t delta) {
-  return blocking<std::int64_t>("add", options().timeout, [&] { return async_add(key, delta, runtime::asio::use_future); });
+  return blocking<std::int64_t>("add", options().timeout,
+                                [&] { return async_add(key, delta, runtime::asio::use_future); });
 }
 
 std::string Store::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {

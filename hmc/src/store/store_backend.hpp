@@ -25,6 +25,8 @@ class StoreBackend {
 };
 
 // The typed exception for a status (through make_error, the one conversion point).
-inline std::exception_ptr store_error(Status s, const std::string& what) { return make_error(make_error_code(s), what); }
+inline std::exception_ptr store_error(Status s, const std::string& what) {
+  return make_error(make_error_code(s), what);
+}
 
 }  // namespace hmc::detail

@@ -10,10 +10,10 @@
 #include <set>
 #include <unordered_map>
 
-#include "security/handshake_table.hpp"
-#include "security/throttled_log.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "security/handshake_table.hpp"
+#include "security/throttled_log.hpp"
 #include "store/store_handshake.hpp"
 #include "store/store_stream.hpp"
 
@@ -138,12 +138,11 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
   // closed (a client tries again until its own timeout).
   void evict(const std::shared_ptr<Conn>& victim, const std::string& source, bool full) {
     const auto n = [](std::size_t v) { return std::to_string(v); };
-    const std::string why =
-        handshaking.count(source) >= opts.max_handshakes_per_source
-            ? "too many handshakes from " + source + " (max_handshakes_per_source " +
-                  n(opts.max_handshakes_per_source) + ")"
-        : full ? "too many connections (max_connections " + n(opts.max_connections) + ")"
-               : "too many handshakes at once (max_handshakes " + n(opts.max_handshakes) + ")";
+    const std::string why = handshaking.count(source) >= opts.max_handshakes_per_source
+                                ? "too many handshakes from " + source + " (max_handshakes_per_source " +
+                                      n(opts.max_handshakes_per_source) + ")"
+                            : full ? "too many connections (max_connections " + n(opts.max_connections) + ")"
+                                   : "too many handshakes at once (max_handshakes " + n(opts.max_handshakes) + ")";
     handshaking.remove(victim);  // its serve() then ends without a line of its own
     handshake_log->warn("store: connection from " + victim->remote + " evicted for a newer one: " + why);
     victim->stream->close();
@@ -197,8 +196,9 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
     std::copy_n(p.begin(), client_nonce.size(), client_nonce.begin());
     const bool wants_auth = p[32] != std::byte{0};
     if (wants_auth != opts.authenticate) {
-      const std::string reason = opts.authenticate ? "this store requires authentication (client has authenticate=false)"
-                                                   : "this store does not authenticate (server has authenticate=false)";
+      const std::string reason = opts.authenticate
+                                     ? "this store requires authentication (client has authenticate=false)"
+                                     : "this store does not authenticate (server has authenticate=false)";
       conn->stream->write(wire::encode_frame(wire::FrameType::reject, 0, wire::bytes_of(reason)));
       co_return reason;
     }
@@ -277,9 +277,7 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
         if (!satisfied(rq)) return park(conn, id, std::move(rq));
         if (rq.op == wire::Op::get) r.value = data.at(rq.key);
         break;
-      case wire::Op::check:
-        r.flag = satisfied(rq);
-        break;
+      case wire::Op::check: r.flag = satisfied(rq); break;
       case wire::Op::add: {
         std::int64_t now = 0;
         auto it = data.find(rq.key);
@@ -343,10 +341,12 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
   // -- waiting requests ----------------------------------------------------------------------------
   void park(const std::shared_ptr<Conn>& conn, std::uint32_t id, wire::Request rq) {
     if (rq.timeout.count() == 0)
-      return reply(conn, id, fail(Status::TIMEOUT, "not set: " + (rq.op == wire::Op::get ? rq.key : key_list(rq.keys))));
+      return reply(conn, id,
+                   fail(Status::TIMEOUT, "not set: " + (rq.op == wire::Op::get ? rq.key : key_list(rq.keys))));
     if (conn->waiters.size() >= opts.max_waits_per_connection)
-      return reply(conn, id, fail(Status::INVALID_ARGUMENT, "too many waiting requests on one connection (max " +
-                                                                std::to_string(opts.max_waits_per_connection) + ")"));
+      return reply(conn, id,
+                   fail(Status::INVALID_ARGUMENT, "too many waiting requests on one connection (max " +
+                                                      std::to_string(opts.max_waits_per_connection) + ")"));
     auto w = std::make_shared<Waiter>();
     w->conn = conn;
     w->id = id;
@@ -360,8 +360,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
       const auto& req = waiter->request;
       for (const auto& k : req.op == wire::Op::get ? std::vector<std::string>{req.key} : req.keys)
         if (!s->exists(k)) missing.push_back(k);
-      s->finish(waiter, fail(Status::TIMEOUT, "not set within " + std::to_string(req.timeout.count()) +
-                                                  " ms: " + key_list(missing)));
+      s->finish(waiter, fail(Status::TIMEOUT,
+                             "not set within " + std::to_string(req.timeout.count()) + " ms: " + key_list(missing)));
     });
     conn->waiters.insert(w);
     waiting[*first_missing(w->request)].push_back(w);

@@ -159,9 +159,7 @@ std::vector<std::byte> encode_request(const Request& r) {
       w.str(r.expected);
       w.str(r.value);
       break;
-    case Op::erase:
-      w.str(r.key);
-      break;
+    case Op::erase: w.str(r.key); break;
   }
   return w.take();
 }
@@ -175,12 +173,8 @@ std::string decode_request(std::span<const std::byte> payload, const Limits& lim
   out = Request{};
   out.op = static_cast<Op>(op);
   switch (out.op) {
-    case Op::set:
-      read_key(r, out.key, limits) && r.str(out.value, limits.max_value, "value");
-      break;
-    case Op::get:
-      read_key(r, out.key, limits) && read_timeout(r, out.timeout);
-      break;
+    case Op::set: read_key(r, out.key, limits) && r.str(out.value, limits.max_value, "value"); break;
+    case Op::get: read_key(r, out.key, limits) && read_timeout(r, out.timeout); break;
     case Op::wait:
     case Op::check: {
       std::uint32_t n = 0;
@@ -204,9 +198,7 @@ std::string decode_request(std::span<const std::byte> payload, const Limits& lim
       read_key(r, out.key, limits) && r.str(out.expected, limits.max_value, "expected value") &&
           r.str(out.value, limits.max_value, "value");
       break;
-    case Op::erase:
-      read_key(r, out.key, limits);
-      break;
+    case Op::erase: read_key(r, out.key, limits); break;
   }
   return r.finish();
 }

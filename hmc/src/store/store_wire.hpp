@@ -61,7 +61,7 @@ struct Request {
 
 struct Reply {
   Status status = Status::SUCCESS;
-  std::string value;    // get, compare_set: the value now stored; error: the message
+  std::string value;        // get, compare_set: the value now stored; error: the message
   std::int64_t number = 0;  // add: the new value
   bool flag = false;        // erase: a key was removed; check: all keys exist; compare_set: it swapped
 };

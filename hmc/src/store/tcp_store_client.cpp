@@ -57,8 +57,7 @@ asio::awaitable<std::exception_ptr> TcpStoreClient::connect(milliseconds timeout
       runtime::error_code ec;
       tcp::resolver resolver(ex_);
       const std::string service = std::to_string(port_);  // a named local: GCC 12 and co_await temporaries
-      auto endpoints = co_await resolver.async_resolve(host_, service,
-                                                       asio::redirect_error(asio::use_awaitable, ec));
+      auto endpoints = co_await resolver.async_resolve(host_, service, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return "cannot resolve " + host_ + ": " + ec.message();
       tcp::socket s(ex_);
       co_await asio::async_connect(s, endpoints, asio::redirect_error(asio::use_awaitable, ec));
@@ -190,9 +189,10 @@ void TcpStoreClient::start(wire::Request request, Done done) {
     if (ec || !s) return;
     auto it = s->pending_.find(id);
     if (it == s->pending_.end()) return;
-    s->complete(id, store_error(Status::TIMEOUT, it->second->what + ": no reply within " +
-                                                     std::to_string(limit.count()) + " ms"),
-                wire::Reply{});
+    s->complete(
+        id,
+        store_error(Status::TIMEOUT, it->second->what + ": no reply within " + std::to_string(limit.count()) + " ms"),
+        wire::Reply{});
   });
   pending_.emplace(id, std::move(p));
   stream_->write(wire::encode_frame(wire::FrameType::request, id, wire::encode_request(request)));

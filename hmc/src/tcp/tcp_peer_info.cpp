@@ -28,9 +28,8 @@ std::string TcpPeerInfo::decode(std::span<const std::byte> bytes, TcpPeerInfo& o
   WireReader r(bytes);
   std::uint32_t magic = 0;
   if (!r.u32(magic) || magic != kInfoMagic) return "not a tcp peer-info message";
-  if (!r.u32(out.rank) || !r.u64(out.buffer_size) || !r.blob(out.address_ip, kMaxText) ||
-      !r.u16(out.data_port) || !r.blob(out.listen_ip, kMaxText) || !r.u16(out.listen_port) ||
-      !r.bytes(out.secret.data(), out.secret.size()))
+  if (!r.u32(out.rank) || !r.u64(out.buffer_size) || !r.blob(out.address_ip, kMaxText) || !r.u16(out.data_port) ||
+      !r.blob(out.listen_ip, kMaxText) || !r.u16(out.listen_port) || !r.bytes(out.secret.data(), out.secret.size()))
     return "truncated tcp peer-info message (or an address over its limit)";
   if (!r.done()) return "trailing bytes after the tcp peer-info message";
   if (out.listen_port != 0 && out.listen_ip.empty()) return "tcp peer-info with a listen port but no address";

@@ -12,10 +12,10 @@ namespace hmc::detail {
 struct TcpPeerInfo {
   std::uint32_t rank = 0;
   std::uint64_t buffer_size = 0;
-  std::string address_ip;          // the (ip, data_port) the reference API names this peer by
+  std::string address_ip;  // the (ip, data_port) the reference API names this peer by
   std::uint16_t data_port = 0;
-  std::string listen_ip;           // where its data listener accepts (empty with listen_port 0)
-  std::uint16_t listen_port = 0;   // 0: it does not listen, so it dials
+  std::string listen_ip;               // where its data listener accepts (empty with listen_port 0)
+  std::uint16_t listen_port = 0;       // 0: it does not listen, so it dials
   std::array<std::byte, 32> secret{};  // given to the receiver only: it proves itself with it
 
   std::vector<std::byte> encode() const;

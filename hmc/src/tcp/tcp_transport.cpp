@@ -11,10 +11,10 @@
 #include <cstring>
 #include <utility>
 
-#include "wire/byte_order.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
 #include "tcp/tcp_peer_info.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc::detail {
 
@@ -24,11 +24,11 @@ namespace {
 
 constexpr std::uint32_t kHelloMagic = 0x44434d48;  // "HMCD"
 constexpr std::uint32_t kVersion = 1;
-constexpr std::size_t kHeader = 32;                         // kind, 7 zero bytes, token, offset, length
-constexpr std::size_t kListenerHello = 4 + 4 + 32;          // magic, version, nonce
-constexpr std::size_t kDialerHello = 4 + 4 + 4 + 32 + 32;   // magic, role, rank, nonce, proof
-constexpr std::size_t kRxBuffer = std::size_t{64} << 10;    // small frames are read in bulk from it
-constexpr std::size_t kMaxGather = 64;                      // frames per write
+constexpr std::size_t kHeader = 32;                        // kind, 7 zero bytes, token, offset, length
+constexpr std::size_t kListenerHello = 4 + 4 + 32;         // magic, version, nonce
+constexpr std::size_t kDialerHello = 4 + 4 + 4 + 32 + 32;  // magic, role, rank, nonce, proof
+constexpr std::size_t kRxBuffer = std::size_t{64} << 10;   // small frames are read in bulk from it
+constexpr std::size_t kMaxGather = 64;                     // frames per write
 
 // Whose requests a connection carries, as the dialer names it in its hello.
 constexpr std::uint32_t kDialerRequests = 0;
@@ -70,10 +70,7 @@ namespace asio = runtime::asio;
 
 struct TcpTransport::Conn : std::enable_shared_from_this<Conn> {
   Conn(socket_type s, std::string r)
-      : socket(std::move(s)),
-        remote(std::move(r)),
-        drained(socket.get_executor()),
-        deadline(socket.get_executor()) {}
+      : socket(std::move(s)), remote(std::move(r)), drained(socket.get_executor()), deadline(socket.get_executor()) {}
 
   struct Out {
     std::array<std::byte, kHeader> header{};
@@ -259,12 +256,14 @@ std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte
   // Sockets read and write host memory: device memory reaches this path only through staging.
   if (!host_memory(buffer_.type()))
     return "this session's buffer is device memory, which HMC's TCP path cannot reach (this UCX moves it "
-           "natively, but not to rank " + std::to_string(rank) + ", which shares no memory and no RDMA path with it)";
+           "natively, but not to rank " +
+           std::to_string(rank) + ", which shares no memory and no RDMA path with it)";
   if (secret_for_.count(rank) == 0) return "no peer info was sent to rank " + std::to_string(rank) + " first";
   // The higher rank dials when the lower one listens; a side that cannot listen is dialled by the other.
   const bool we_listen = listen_port_ != 0;
   const bool we_dial = info.listen_port != 0 && (self_rank_ > rank || !we_listen);
-  if (!we_dial && !we_listen) return "neither this session nor rank " + std::to_string(rank) + " has a tcp data listener";
+  if (!we_dial && !we_listen)
+    return "neither this session nor rank " + std::to_string(rank) + " has a tcp data listener";
   Peer& p = peers_.find_or_add(rank);
   p.record = PeerRecord{rank, info.address_ip, info.data_port, info.buffer_size};
   p.added = true;
@@ -275,11 +274,13 @@ std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte
     auto address = asio::ip::make_address(info.listen_ip, ec);
     if (ec || address.is_unspecified()) {
       auto known = host_of_.find(rank);
-      address = asio::ip::make_address(known != host_of_.end() && !known->second.empty() ? known->second : "127.0.0.1", ec);
+      address =
+          asio::ip::make_address(known != host_of_.end() && !known->second.empty() ? known->second : "127.0.0.1", ec);
     }
     const asio::ip::tcp::endpoint to(address, info.listen_port);
     for (bool ours : {true, false}) {
-      socket_type s = ec ? socket_type(loop_.executor()) : open_stream_socket(loop_.executor(), address.is_v6() ? AF_INET6 : AF_INET, ec);
+      socket_type s = ec ? socket_type(loop_.executor())
+                         : open_stream_socket(loop_.executor(), address.is_v6() ? AF_INET6 : AF_INET, ec);
       if (ec) {
         fail_peer(rank, lost(), "cannot dial its tcp data listener at " + info.listen_ip + ": " + ec.message());
         return {};
@@ -290,8 +291,8 @@ std::string TcpTransport::add_peer(std::uint32_t rank, std::span<const std::byte
       (ours ? p.out : p.in) = c;
       asio::co_spawn(loop_.executor(), dial(c, to, info.secret), asio::detached);
     }
-    log().info("tcp peer rank {} connecting to {} ({} bytes)", rank, to.address().to_string() + ":" +
-               std::to_string(to.port()), info.buffer_size);
+    log().info("tcp peer rank {} connecting to {} ({} bytes)", rank,
+               to.address().to_string() + ":" + std::to_string(to.port()), info.buffer_size);
   } else {
     log().info("tcp peer rank {} expected to connect ({} bytes)", rank, info.buffer_size);
     maybe_ready(p);
@@ -304,8 +305,8 @@ Mac TcpTransport::proof(const std::array<std::byte, 32>& secret, const char* who
   std::array<std::byte, 8> numbers{};
   store_le32(numbers.data(), role);
   store_le32(numbers.data() + 4, rank);
-  return hmac_sha256(secret, {bytes_of("hmc-tcp-data", 12), bytes_of(who, std::strlen(who)), numbers, listener_nonce,
-                           dialer_nonce});
+  return hmac_sha256(
+      secret, {bytes_of("hmc-tcp-data", 12), bytes_of(who, std::strlen(who)), numbers, listener_nonce, dialer_nonce});
 }
 
 asio::awaitable<void> TcpTransport::accept_loop() {
@@ -375,7 +376,8 @@ asio::awaitable<void> TcpTransport::listener_handshake(std::shared_ptr<Conn> c) 
   c->rx_begin += kDialerHello;
   if (magic != kHelloMagic || role > kListenerRequests) co_return refuse("not an HMC data connection");
   auto secret = secret_for_.find(rank);
-  if (secret == secret_for_.end()) co_return refuse("it names rank " + std::to_string(rank) + ", which has no secret from us");
+  if (secret == secret_for_.end())
+    co_return refuse("it names rank " + std::to_string(rank) + ", which has no secret from us");
   if (!macs_equal(mac, proof(secret->second, "dialer", role, rank, nonce, dialer_nonce)))
     co_return refuse("wrong proof for rank " + std::to_string(rank));
   const Peer* p = peers_.find(rank);
@@ -589,9 +591,7 @@ asio::awaitable<bool> TcpTransport::serve(std::shared_ptr<Conn> c, std::uint8_t 
       if (on_message) on_message(c->rank, message);
       co_return !c->closed;
     }
-    default:
-      violation(*c, "an unknown frame kind " + std::to_string(kind));
-      co_return false;
+    default: violation(*c, "an unknown frame kind " + std::to_string(kind)); co_return false;
   }
 }
 

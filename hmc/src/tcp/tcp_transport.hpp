@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "ctrl/ctrl_socket.hpp"
-#include "security/handshake_table.hpp"
-#include "security/throttled_log.hpp"
 #include "hmc/conn_buffer.hpp"
 #include "hmc/runtime/event_loop.hpp"
 #include "security/auth.hpp"
+#include "security/handshake_table.hpp"
+#include "security/throttled_log.hpp"
 #include "transport/op_engine.hpp"
 #include "transport/peer_table.hpp"
 #include "transport/region_table.hpp"
@@ -80,8 +80,8 @@ class TcpTransport final : public Transport, private OpPoster {
   struct Conn;
   struct Peer {
     PeerRecord record;
-    bool added = false;  // add_peer was called (its connections may arrive before)
-    bool ready = false;  // on_peer_ready was posted
+    bool added = false;         // add_peer was called (its connections may arrive before)
+    bool ready = false;         // on_peer_ready was posted
     std::shared_ptr<Conn> out;  // our requests
     std::shared_ptr<Conn> in;   // the peer's requests, served here
   };
@@ -132,8 +132,8 @@ class TcpTransport final : public Transport, private OpPoster {
   std::uint64_t refused_ = 0;
   PeerTable<Peer> peers_;
   std::map<std::uint32_t, std::array<std::byte, 32>> secret_for_;  // rank -> the secret we gave it
-  std::set<std::uint64_t> device_regions_;  // registered device memory: refused as a local side
-  std::map<std::uint32_t, std::string> host_of_;  // rank -> where its control connection comes from
+  std::set<std::uint64_t> device_regions_;                         // registered device memory: refused as a local side
+  std::map<std::uint32_t, std::string> host_of_;                   // rank -> where its control connection comes from
   int efd_ = -1;
   std::uint64_t moved_ = 0;           // frames read or written ...
   std::uint64_t moved_reported_ = 0;  // ... and as many as the last progress() reported

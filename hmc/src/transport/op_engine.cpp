@@ -31,9 +31,9 @@ runtime::steady_clock::time_point coarse_deadline(std::chrono::milliseconds time
 }  // namespace
 
 struct OpEngine::PeerState {
-  std::vector<Op*> unflushed;          // puts waiting for the next flush
-  bool flush_posted = false;           // a flush_now for this peer is queued on the loop
-  std::vector<FlushBatch*> inflight;   // flushes posted and not yet reported
+  std::vector<Op*> unflushed;         // puts waiting for the next flush
+  bool flush_posted = false;          // a flush_now for this peer is queued on the loop
+  std::vector<FlushBatch*> inflight;  // flushes posted and not yet reported
 };
 
 struct OpEngine::FlushBatch {
@@ -131,14 +131,16 @@ void OpEngine::submit(OpRequest request, Completion done) { enqueue(new_op(reque
 void OpEngine::enqueue(Op* op) {
   op->deadline = coarse_deadline(options_.timeout);
   op->deadline_prev = deadline_tail_;
-  if (deadline_tail_ != nullptr) deadline_tail_->deadline_next = op; else deadline_head_ = op;
+  if (deadline_tail_ != nullptr) deadline_tail_->deadline_next = op;
+  else deadline_head_ = op;
   deadline_tail_ = op;
   op->in_deadline_list = true;
   ++waiting_callers_;
   arm_deadline_timer();
   if (started_ops_ >= options_.max_inflight) {
     op->state = OpState::queued;  // backpressure: never rejected, started as others finish
-    if (waiting_tail_ != nullptr) waiting_tail_->waiting_next = op; else waiting_head_ = op;
+    if (waiting_tail_ != nullptr) waiting_tail_->waiting_next = op;
+    else waiting_head_ = op;
     waiting_tail_ = op;
     return;
   }
@@ -349,8 +351,10 @@ void OpEngine::unlink_waiting(Op* op) {
 
 void OpEngine::unlink_deadline(Op* op) {
   if (!op->in_deadline_list) return;
-  if (op->deadline_prev != nullptr) op->deadline_prev->deadline_next = op->deadline_next; else deadline_head_ = op->deadline_next;
-  if (op->deadline_next != nullptr) op->deadline_next->deadline_prev = op->deadline_prev; else deadline_tail_ = op->deadline_prev;
+  if (op->deadline_prev != nullptr) op->deadline_prev->deadline_next = op->deadline_next;
+  else deadline_head_ = op->deadline_next;
+  if (op->deadline_next != nullptr) op->deadline_next->deadline_prev = op->deadline_prev;
+  else deadline_tail_ = op->deadline_prev;
   op->deadline_prev = op->deadline_next = nullptr;
   op->in_deadline_list = false;
 }

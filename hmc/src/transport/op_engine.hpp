@@ -68,11 +68,11 @@ enum class OpKind : std::uint8_t { put, get, message, put_notify, flush };
 struct OpRequest {
   std::uint32_t rank = 0;
   OpKind kind = OpKind::put;
-  std::uint64_t region = 0;               // local memory: 0 the session buffer, else a RegionTable id
-  std::span<const Segment> segments;      // put/get/put_notify: one or more segments (a batch)
-  std::size_t chunk = 0;                  // != 0: a pipeline over segments[0] in chunk-byte pieces ...
-  std::size_t window = 0;                 // ... with at most `window` of them in flight
-  std::span<const std::byte> message;     // message/put_notify: the fast-path message
+  std::uint64_t region = 0;            // local memory: 0 the session buffer, else a RegionTable id
+  std::span<const Segment> segments;   // put/get/put_notify: one or more segments (a batch)
+  std::size_t chunk = 0;               // != 0: a pipeline over segments[0] in chunk-byte pieces ...
+  std::size_t window = 0;              // ... with at most `window` of them in flight
+  std::span<const std::byte> message;  // message/put_notify: the fast-path message
 };
 
 // Where an operation is. The last four are terminal: the caller has been told (once) and nothing
@@ -152,15 +152,15 @@ class OpEngine {
   bool deadline_timer_armed_ = false;
 
   std::map<std::uint32_t, PeerState> peers_;
-  std::vector<std::unique_ptr<Op>> ops_;               // every record ever made; reused through free_ops_
+  std::vector<std::unique_ptr<Op>> ops_;  // every record ever made; reused through free_ops_
   std::vector<Op*> free_ops_;
-  std::vector<std::unique_ptr<FlushBatch>> batches_;   // the same for flush batches
+  std::vector<std::unique_ptr<FlushBatch>> batches_;  // the same for flush batches
   std::vector<FlushBatch*> free_batches_;
   Op* deadline_head_ = nullptr;  // intrusive, submission order = deadline order (one timeout for all)
   Op* deadline_tail_ = nullptr;
-  Op* waiting_head_ = nullptr;   // intrusive FIFO of queued operations (over max_inflight)
+  Op* waiting_head_ = nullptr;  // intrusive FIFO of queued operations (over max_inflight)
   Op* waiting_tail_ = nullptr;
-  bool starting_ = false;        // start_waiting_ops is running (no recursion through failing starts)
+  bool starting_ = false;  // start_waiting_ops is running (no recursion through failing starts)
   // Terminal operations' completions, run by one posted run_completions (a post per operation
   // cost more than the put itself on shared memory). running_ is the batch being run.
   struct Ready {
@@ -171,13 +171,13 @@ class OpEngine {
   std::vector<Ready> running_;
   std::size_t running_next_ = 0;  // running_[running_next_..] have not run yet
   bool completions_posted_ = false;
-  bool completing_ = false;                    // run_completions is running completions
+  bool completing_ = false;                      // run_completions is running completions
   std::vector<std::uint32_t> deferred_flushes_;  // peers whose flush waits for the batch's end
   std::size_t live_ops_ = 0;
-  std::size_t started_ops_ = 0;      // operations holding a max_inflight slot
-  std::size_t waiting_callers_ = 0;  // operations not yet terminal
-  std::size_t live_posts_ = 0;       // signalled posts and flushes outstanding on live peers
-  std::size_t all_posts_ = 0;        // the same, including removed peers'
+  std::size_t started_ops_ = 0;                           // operations holding a max_inflight slot
+  std::size_t waiting_callers_ = 0;                       // operations not yet terminal
+  std::size_t live_posts_ = 0;                            // signalled posts and flushes outstanding on live peers
+  std::size_t all_posts_ = 0;                             // the same, including removed peers'
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // posted handlers check it: the engine may be gone
 };
 

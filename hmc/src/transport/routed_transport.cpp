@@ -1,9 +1,9 @@
 #include "transport/routed_transport.hpp"
 
-#include "wire/wire_reader.hpp"
-#include "wire/wire_writer.hpp"
 #include "hmc/error.hpp"
 #include "hmc/status.hpp"
+#include "wire/wire_reader.hpp"
+#include "wire/wire_writer.hpp"
 
 namespace hmc::detail {
 namespace {
@@ -50,7 +50,8 @@ std::string RoutedTransport::unpack(std::span<const std::byte> info, std::vector
                                     std::vector<std::byte>& tcp) {
   WireReader r(info);
   std::uint32_t magic = 0;
-  if (!r.u32(magic) || magic != kRoutedMagic) return "not a UCX session's peer info (is the peer using ConnType::RDMA?)";
+  if (!r.u32(magic) || magic != kRoutedMagic)
+    return "not a UCX session's peer info (is the peer using ConnType::RDMA?)";
   if (!r.blob(ucx, kMaxPart) || !r.blob(tcp, kMaxPart) || !r.done()) return "truncated or oversized peer info";
   return {};
 }

@@ -20,7 +20,9 @@
 namespace hmc::detail {
 
 namespace {
-std::string seconds(std::chrono::milliseconds d) { return std::to_string(std::max<long long>(1, d.count() / 1000)) + "s"; }
+std::string seconds(std::chrono::milliseconds d) {
+  return std::to_string(std::max<long long>(1, d.count() / 1000)) + "s";
+}
 
 // `setting` is ucx_tls_setting's result: an exclusion list always excludes tcp.
 bool names_tcp(const std::string& setting) {
@@ -99,8 +101,9 @@ std::string ucx_tls_setting(const std::string& list, const std::vector<std::stri
     }
   }
   if (out.empty())
-    throw InvalidConfigError("UCX_TLS '" + list +
-                             "': SysV shared memory is not used (its segments are open to the group); use posix or shm");
+    throw InvalidConfigError(
+        "UCX_TLS '" + list +
+        "': SysV shared memory is not used (its segments are open to the group); use posix or shm");
   std::string joined;
   for (const auto& n : out) joined += (joined.empty() ? "" : ",") + n;
   return joined;
@@ -116,14 +119,16 @@ std::shared_ptr<UcxContext> UcxContext::create(const UcxContextOptions& options)
   // (this user only), never SysV, whose segments UCX creates with mode 0660: the session buffer
   // was readable and writable by the group. The buffer comes from posix (ALLOC_PRIO, no md:sysv).
   const char* env_tls = std::getenv("UCX_TLS");
-  const std::string tls = ucx_tls_setting(!options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "",
+  const std::string tls = ucx_tls_setting(!options.tls.empty() ? options.tls
+                                          : env_tls != nullptr ? env_tls
+                                                               : "",
                                           available_components());
   settings.emplace_back("TLS", tls);
   static std::once_flag warned;
   if (names_tcp(tls))
     std::call_once(warned, [] {
       runtime::log().warn("UCX_TLS names tcp: UCX's tcp serves any connection without the key and reads and writes "
-                        "at any address it is sent; use it on trusted networks only (docs/security.md)");
+                          "at any address it is sent; use it on trusted networks only (docs/security.md)");
     });
   settings.emplace_back("ALLOC_PRIO", "md:posix,huge,thp,mmap,heap");
   // The address format check_worker_address walks (UCX 1.13's defaults, whatever the environment says).

@@ -5,16 +5,16 @@
 #include <array>
 #include <fstream>
 
+#include "ucx/ucx_worker_address.hpp"
 #include "wire/wire_reader.hpp"
 #include "wire/wire_writer.hpp"
-#include "ucx/ucx_worker_address.hpp"
 
 namespace hmc::detail {
 namespace {
 
 constexpr std::uint32_t kInfoMagic = 0x32584355;  // "UCX2"
-constexpr std::size_t kMaxBlob = 1u << 20;         // worker addresses and rkeys are far smaller
-constexpr std::size_t kMaxText = 1024;             // an IP address, a shared-memory domain
+constexpr std::size_t kMaxBlob = 1u << 20;        // worker addresses and rkeys are far smaller
+constexpr std::size_t kMaxText = 1024;            // an IP address, a shared-memory domain
 
 }  // namespace
 

@@ -16,7 +16,7 @@ struct UcxPeerInfo {
   std::uint32_t memory_type = 0;  // hmc::MemoryType
   std::string address_ip;         // the (ip, data_port) the reference API names this peer by
   std::uint16_t data_port = 0;
-  std::string shm_domain;         // equal on both sides: the two can share memory (local_shm_domain)
+  std::string shm_domain;                     // equal on both sides: the two can share memory (local_shm_domain)
   std::vector<std::byte> worker_address;      // every transport of the peer's worker
   std::vector<std::byte> net_worker_address;  // network transports only (may be empty)
   std::vector<std::byte> rkey;

@@ -20,7 +20,7 @@ using runtime::log;
 
 namespace {
 
-constexpr unsigned kCtrlMessageId = 1;  // the active-message id of HMC's control fast path
+constexpr unsigned kCtrlMessageId = 1;              // the active-message id of HMC's control fast path
 constexpr std::chrono::milliseconds kLinger{2000};  // how long a lost peer's endpoint waits for UCX
 
 error_code from_ucs(ucs_status_t s) {
@@ -106,8 +106,8 @@ UcxTransport::UcxTransport(runtime::EventLoop& loop, std::shared_ptr<UcxContext>
   const bool owned = memh == nullptr;
   if (owned) {
     ucp_mem_map_params_t mp{};
-    mp.field_mask =
-        UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
     mp.address = buffer_.data();
     mp.length = buffer_.size();
     mp.memory_type = ucx_memory_type(buffer_.type());
@@ -209,8 +209,8 @@ std::string UcxTransport::add_peer(std::uint32_t rank, const UcxPeerInfo& info) 
   p->peer_error_mode = !shared;
   // Checked by decode; zero padding keeps a transport's own parse of its part inside our copy.
   // ucp_ep_create unpacks the address during the call and keeps no pointer into it.
-  std::vector<std::byte> address =
-      shared || info.net_worker_address.empty() ? info.worker_address : info.net_worker_address;
+  std::vector<std::byte> address = shared || info.net_worker_address.empty() ? info.worker_address
+                                                                             : info.net_worker_address;
   address.resize(address.size() + kWorkerAddressPadding);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -236,10 +236,8 @@ std::string UcxTransport::add_peer(std::uint32_t rank, const UcxPeerInfo& info) 
   fp.cb.send = &UcxTransport::on_wired;
   fp.user_data = p.get();
   ucs_status_ptr_t r = ucp_ep_flush_nbx(p->ep, &fp);
-  if (UCS_PTR_IS_PTR(r))
-    ++wireups_;
-  else
-    wired_.emplace_back(p.get(), UCS_PTR_STATUS(r));
+  if (UCS_PTR_IS_PTR(r)) ++wireups_;
+  else wired_.emplace_back(p.get(), UCS_PTR_STATUS(r));
   poller_.kick();
   log().info("ucx peer rank {} connecting ({} bytes at {:#x}) over {}{}", rank, info.buffer_size, info.buffer_base,
              carriers_of(*p), shared ? "" : " (no shared memory with it)");
@@ -346,10 +344,8 @@ void UcxTransport::close_endpoint(Peer& p, bool force) {
   param.cb.send = &UcxTransport::on_close_done;
   param.user_data = &p;
   ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &param);
-  if (UCS_PTR_IS_PTR(r))
-    p.close_request = r;
-  else
-    done_closes_.emplace_back(&p, UCS_PTR_STATUS(r));
+  if (UCS_PTR_IS_PTR(r)) p.close_request = r;
+  else done_closes_.emplace_back(&p, UCS_PTR_STATUS(r));
   poller_.kick();
 }
 
@@ -357,8 +353,8 @@ void UcxTransport::submit(OpRequest request, Completion done) { engine_.submit(s
 
 std::uint64_t UcxTransport::register_region(void* base, std::size_t size, MemoryType type) {
   ucp_mem_map_params_t mp{};
-  mp.field_mask =
-      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   mp.address = base;
   mp.length = size;
   mp.memory_type = ucx_memory_type(type);
@@ -376,9 +372,9 @@ std::size_t UcxTransport::region_size(std::uint64_t id) const {
 }
 
 PostResult UcxTransport::posted(ucs_status_ptr_t r, PostId token, const char* what, std::uint32_t rank) {
-  if (r == nullptr) return {};  // done already; no callback follows
+  if (r == nullptr) return {};            // done already; no callback follows
   if (UCS_PTR_IS_PTR(r)) armed_ = false;  // in flight: UCX may need progress that no event announces
-  if (UCS_PTR_IS_ERR(r)) {  // the caller gets the error; a failing endpoint refuses every post
+  if (UCS_PTR_IS_ERR(r)) {                // the caller gets the error; a failing endpoint refuses every post
     log().debug("ucx {} to rank {} refused: {}", what, rank, ucs_status_string(UCS_PTR_STATUS(r)));
     return {from_ucs(UCS_PTR_STATUS(r)), false};
   }
@@ -463,8 +459,8 @@ PostResult UcxTransport::send_message(Peer& p, std::span<const std::byte> bytes,
   param.user_data = this;
   param.flags = UCP_AM_SEND_FLAG_EAGER;  // the receiver gets the data in its callback, in order
   // The header lives in the Peer (kept until the worker is gone): UCX 1.13 may read it until completion.
-  ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kCtrlMessageId, p.fast_header.data(), p.fast_header.size(),
-                                       bytes.data(), bytes.size(), &param);
+  ucs_status_ptr_t r = ucp_am_send_nbx(p.ep, kCtrlMessageId, p.fast_header.data(), p.fast_header.size(), bytes.data(),
+                                       bytes.size(), &param);
   return posted(r, token, "fast-path message", p.record.rank);
 }
 
@@ -505,10 +501,11 @@ ucs_status_t UcxTransport::on_active_message(void* arg, const void* header, std:
   // We only send eager messages: a rendezvous one (its data not here) or an oversized one is refused
   // before anything is allocated for it.
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length > self->options_.max_message) {
-    self->misbehaving_.emplace_back(rank, "a fast-path message of " + std::to_string(length) + " bytes" +
-                                              ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0
-                                                   ? " (rendezvous)"
-                                                   : ", over the limit of " + std::to_string(self->options_.max_message)));
+    self->misbehaving_.emplace_back(rank,
+                                    "a fast-path message of " + std::to_string(length) + " bytes" +
+                                        ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0
+                                             ? " (rendezvous)"
+                                             : ", over the limit of " + std::to_string(self->options_.max_message)));
     return UCS_OK;
   }
   const auto* bytes = static_cast<const std::byte*>(data);
@@ -519,8 +516,7 @@ ucs_status_t UcxTransport::on_active_message(void* arg, const void* header, std:
 bool UcxTransport::progress() {
   const unsigned n = ucp_worker_progress(worker_);
   const bool had = !done_posts_.empty() || !done_closes_.empty() || !failed_peers_.empty() ||
-                   !received_messages_.empty() || !misbehaving_.empty() || !wired_.empty() ||
-                   !notify_flushed_.empty();
+                   !received_messages_.empty() || !misbehaving_.empty() || !wired_.empty() || !notify_flushed_.empty();
   process_completions();
   if (n != 0 || had) armed_ = false;
   return n != 0 || had;
@@ -570,8 +566,8 @@ void UcxTransport::process_completions() {
     for (auto [peer, status] : failed) {
       peer->failed = true;
       const std::uint32_t rank = peer->record.rank;
-      auto lingering = std::find_if(lingering_.begin(), lingering_.end(),
-                                    [peer = peer](const auto& q) { return q.get() == peer; });
+      auto lingering =
+          std::find_if(lingering_.begin(), lingering_.end(), [peer = peer](const auto& q) { return q.get() == peer; });
       if (lingering != lingering_.end()) {
         close_lingering(lingering);
         continue;
@@ -600,7 +596,8 @@ void UcxTransport::process_completions() {
       if (peer->rkey) ucp_rkey_destroy(peer->rkey);
       peer->rkey = nullptr;
       // UCX may still name this peer in a late error callback: keep it until the worker is gone.
-      auto it = std::find_if(closing_.begin(), closing_.end(), [peer = peer](const auto& q) { return q.get() == peer; });
+      auto it =
+          std::find_if(closing_.begin(), closing_.end(), [peer = peer](const auto& q) { return q.get() == peer; });
       if (it != closing_.end()) closed_.splice(closed_.end(), closing_, it);
     }
   }

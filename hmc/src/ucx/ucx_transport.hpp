@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <list>
 #include <map>
-#include <span>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -73,12 +73,12 @@ class UcxTransport final : public Transport, private OpPoster {
     std::uint64_t remote_base = 0;
     ucp_ep_h ep = nullptr;
     ucp_rkey_h rkey = nullptr;
-    bool peer_error_mode = false;  // UCX reports this peer's failure (no shared memory with it)
-    bool failed = false;           // UCX reported its failure
+    bool peer_error_mode = false;   // UCX reports this peer's failure (no shared memory with it)
+    bool failed = false;            // UCX reported its failure
     void* close_request = nullptr;  // the close in flight, if UCX returned a request
     bool close_released = false;    // handed back to UCX unfinished at teardown: its callback frees nothing
     std::chrono::steady_clock::time_point linger_until{};  // lingering: closed by then at the latest
-    FastHeader fast_header{};      // names us to the peer; alive while UCX may still send it
+    FastHeader fast_header{};                              // names us to the peer; alive while UCX may still send it
     // Fast-path messages waiting behind a notify's flush, in posting order (bounded by the
     // engine's max_inflight). held[held_head..] are waiting; held[i] has sequence held_seq + i.
     struct Held {
@@ -140,13 +140,13 @@ class UcxTransport final : public Transport, private OpPoster {
   std::list<std::unique_ptr<Peer>> lingering_;
   runtime::asio::steady_timer linger_timer_;
   bool linger_timer_armed_ = false;
-  std::shared_ptr<int> life_ = std::make_shared<int>(0);  // timer handlers check it: we may be gone
-  std::list<std::unique_ptr<Peer>> closing_;  // endpoints whose close request is in flight
-  std::list<std::unique_ptr<Peer>> closed_;   // closed endpoints, kept for late UCX callbacks
+  std::shared_ptr<int> life_ = std::make_shared<int>(0);            // timer handlers check it: we may be gone
+  std::list<std::unique_ptr<Peer>> closing_;                        // endpoints whose close request is in flight
+  std::list<std::unique_ptr<Peer>> closed_;                         // closed endpoints, kept for late UCX callbacks
   std::map<std::uint32_t, std::uint64_t> fast_token_of_;            // rank -> the secret we gave it
   std::unordered_map<std::uint64_t, std::uint32_t> rank_of_token_;  // and back
-  std::vector<std::pair<PostId, ucs_status_t>> done_posts_;  // filled by UCX callbacks, drained after progress
-  std::vector<std::pair<PostId, ucs_status_t>> reported_posts_;  // the batch being handed to the engine
+  std::vector<std::pair<PostId, ucs_status_t>> done_posts_;         // filled by UCX callbacks, drained after progress
+  std::vector<std::pair<PostId, ucs_status_t>> reported_posts_;     // the batch being handed to the engine
   struct NotifyFlushed {
     Peer* peer;
     std::uint64_t seq;
@@ -163,7 +163,7 @@ class UcxTransport final : public Transport, private OpPoster {
   std::vector<std::pair<Peer*, ucs_status_t>> failed_peers_;
   std::vector<std::pair<std::uint32_t, std::vector<std::byte>>> received_messages_;
   std::vector<std::pair<std::uint32_t, std::string>> misbehaving_;  // fast-path protocol violations
-  std::uint64_t dropped_messages_ = 0;  // from senders that presented no valid token
+  std::uint64_t dropped_messages_ = 0;                              // from senders that presented no valid token
 };
 
 }  // namespace hmc::detail

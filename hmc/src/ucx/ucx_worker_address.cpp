@@ -8,21 +8,21 @@ namespace hmc::detail {
 namespace {
 
 // The constants of UCX 1.13's address format (src/ucp/wireup/address.c) and its limits.
-constexpr std::uint8_t kVersionMask = 0x0f;     // header: low 4 bits are the version, v1 == 0
-constexpr std::uint8_t kFlagDebugInfo = 0x1;    // header flags (high 4 bits): a worker name follows
-constexpr std::uint8_t kFlagClientId = 0x4;     // an 8-byte client id follows
-constexpr std::uint8_t kNullResource = 0xff;    // an empty resource list
-constexpr std::uint8_t kMdEmptyDev = 0x80;      // a device without ifaces
-constexpr std::uint8_t kFlagLast = 0x80;        // last device / last iface / last ep address
-constexpr std::uint8_t kDevNumPaths = 0x40;     // a number-of-paths byte follows
-constexpr std::uint8_t kDevSysDevice = 0x20;    // a system-device byte follows
+constexpr std::uint8_t kVersionMask = 0x0f;   // header: low 4 bits are the version, v1 == 0
+constexpr std::uint8_t kFlagDebugInfo = 0x1;  // header flags (high 4 bits): a worker name follows
+constexpr std::uint8_t kFlagClientId = 0x4;   // an 8-byte client id follows
+constexpr std::uint8_t kNullResource = 0xff;  // an empty resource list
+constexpr std::uint8_t kMdEmptyDev = 0x80;    // a device without ifaces
+constexpr std::uint8_t kFlagLast = 0x80;      // last device / last iface / last ep address
+constexpr std::uint8_t kDevNumPaths = 0x40;   // a number-of-paths byte follows
+constexpr std::uint8_t kDevSysDevice = 0x20;  // a system-device byte follows
 constexpr std::uint8_t kDevLenMask = 0x1f;
 constexpr std::uint8_t kIfaceHasEpAddr = 0x40;  // ep addresses follow the iface address
 constexpr std::uint8_t kIfaceLenMask = 0x3f;
-constexpr std::size_t kIfaceAttrSize = 16;      // v1 packed attributes: 3 floats and a uint32
-constexpr unsigned kMaxResources = 128;         // UCP_MAX_RESOURCES: UCX's unpacked list holds this many
-constexpr unsigned kMaxLanes = 6;               // UCP_MAX_LANES: ep addresses per iface, lane indices
-constexpr unsigned kMaxDevices = 64;            // device indices stay within UCX's 64-bit device maps
+constexpr std::size_t kIfaceAttrSize = 16;  // v1 packed attributes: 3 floats and a uint32
+constexpr unsigned kMaxResources = 128;     // UCP_MAX_RESOURCES: UCX's unpacked list holds this many
+constexpr unsigned kMaxLanes = 6;           // UCP_MAX_LANES: ep addresses per iface, lane indices
+constexpr unsigned kMaxDevices = 64;        // device indices stay within UCX's 64-bit device maps
 // The posix shared-memory transport (tl_name_csum = ucs_crc16_string("posix")) reads its iface
 // address as a segment id whose flags say how to open the segment (uct/sm/mm/posix/mm_posix.c).
 constexpr std::uint16_t kPosixCsum = 0xd3a7;
@@ -38,8 +38,8 @@ struct KnownTransport {
 constexpr KnownTransport kKnownTransports[] = {
     {0x7563, false},  // self
     {kPosixCsum, true},
-    {0x8b47, true},   // cma
-    {0x19cf, true},   // tcp
+    {0x8b47, true},  // cma
+    {0x19cf, true},  // tcp
 };
 
 class Walker {
@@ -69,9 +69,7 @@ class Walker {
   std::size_t at_ = 0;
 };
 
-std::string bad(const char* what, std::size_t at) {
-  return what + std::string(" at byte ") + std::to_string(at);
-}
+std::string bad(const char* what, std::size_t at) { return what + std::string(" at byte ") + std::to_string(at); }
 
 float float_at(const std::byte* p) {
   float f = 0;

@@ -39,8 +39,8 @@ std::string VerbsPeerInfo::decode(std::span<const std::byte> bytes, VerbsPeerInf
   if (!r.u32(out.rank) || !r.u64(out.buffer_base) || !r.u64(out.buffer_size) || !r.u32(out.rkey) ||
       !r.u32(out.memory_type) || !r.blob(out.address_ip, kMaxText))
     return "truncated verbs peer-info message (or an address over its limit)";
-  if (!r.u16(out.data_port) || !r.u16(out.lid) ||
-      !r.bytes(out.gid.data(), out.gid.size()) || !r.bytes(&out.mtu, 1) || !r.u32(out.psn) || !r.u32(n_qps))
+  if (!r.u16(out.data_port) || !r.u16(out.lid) || !r.bytes(out.gid.data(), out.gid.size()) || !r.bytes(&out.mtu, 1) ||
+      !r.u32(out.psn) || !r.u32(n_qps))
     return "truncated verbs peer-info message";
   if (n_qps == 0 || n_qps > kMaxQps)
     return "verbs peer-info with " + std::to_string(n_qps) + " QPs (1 to " + std::to_string(kMaxQps) + " allowed)";

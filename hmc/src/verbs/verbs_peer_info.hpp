@@ -21,9 +21,9 @@ struct VerbsPeerInfo {
   std::uint16_t data_port = 0;
   std::uint16_t lid = 0;
   std::array<std::uint8_t, 16> gid{};
-  std::uint8_t mtu = 0;           // ibv_mtu
+  std::uint8_t mtu = 0;                // ibv_mtu
   std::vector<std::uint32_t> qp_nums;  // one per channel, in channel order
-  std::uint32_t psn = 0;          // the first packet sequence number of every one of them
+  std::uint32_t psn = 0;               // the first packet sequence number of every one of them
 
   std::vector<std::byte> encode() const;
   // Empty string on success, else what is wrong with the bytes.

@@ -9,11 +9,11 @@
 #include <cstring>
 #include <utility>
 
-#include "wire/byte_order.hpp"
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
 #include "security/auth.hpp"
 #include "verbs/verbs_peer_info.hpp"
+#include "wire/byte_order.hpp"
 
 namespace hmc::detail {
 
@@ -26,15 +26,15 @@ namespace {
 constexpr std::uint64_t kInternal = std::uint64_t{1} << 63;
 constexpr std::uint64_t kKind = kInternal | (std::uint64_t{7} << 60);
 constexpr std::uint64_t kNumber = (std::uint64_t{1} << 60) - 1;
-constexpr std::uint64_t kRecv = kInternal | (std::uint64_t{4} << 60);        // | the receive buffer's index
+constexpr std::uint64_t kRecv = kInternal | (std::uint64_t{4} << 60);         // | the receive buffer's index
 constexpr std::uint64_t kNotifyFlush = kInternal | (std::uint64_t{2} << 60);  // | a held notify's number
 constexpr std::uint64_t kStripe = kInternal | (std::uint64_t{1} << 60);       // | a striped segment's number
 constexpr std::uint64_t kRetire = kInternal | 1;  // a signal that only frees send-queue slots
 constexpr std::uint64_t kHello = kInternal | 2;   // the zero-length SEND that proves the peer's QP is up
 constexpr std::uint32_t kMaxWrBytes = 1u << 30;   // one work request moves at most this (IB allows 2^31)
 constexpr int kPollBatch = 32;
-constexpr unsigned int kAckBatch = 64;            // CQ events are acknowledged in batches (a mutex in rdma-core)
-constexpr std::uint8_t kMaxRdAtomic = 16;         // RDMA READs in flight per QP
+constexpr unsigned int kAckBatch = 64;     // CQ events are acknowledged in batches (a mutex in rdma-core)
+constexpr std::uint8_t kMaxRdAtomic = 16;  // RDMA READs in flight per QP
 
 bool is_engine_token(std::uint64_t wr_id) { return wr_id != 0 && (wr_id & kInternal) == 0; }
 
@@ -82,9 +82,8 @@ VerbsTransport::VerbsTransport(runtime::EventLoop& loop, std::shared_ptr<VerbsAp
     if (const char* d = std::getenv("HMC_RDMA_DEVICE"); d != nullptr) o.device = d;
   if (o.port == 0) o.port = env_int("HMC_RDMA_PORT", 1);
   if (o.gid_index < 0) o.gid_index = env_int("HMC_RDMA_GID_INDEX", 0);
-  if (o.num_chs == 0 || o.num_chs > VerbsPeerInfo::kMaxQps || o.sq_depth < 4 || o.recv_slots == 0 ||
-      o.slot_size < 64 || o.send_slots == 0 || o.cq_depth < 16 || o.port < 1 || o.port > 255 ||
-      o.stripe_min < o.num_chs)
+  if (o.num_chs == 0 || o.num_chs > VerbsPeerInfo::kMaxQps || o.sq_depth < 4 || o.recv_slots == 0 || o.slot_size < 64 ||
+      o.send_slots == 0 || o.cq_depth < 16 || o.port < 1 || o.port > 255 || o.stripe_min < o.num_chs)
     throw InvalidConfigError("verbs transport: num_chs must be 1.." + std::to_string(VerbsPeerInfo::kMaxQps) +
                              ", sq_depth >= 4, slot_size >= 64, cq_depth >= 16, port 1..255, stripe_min >= num_chs");
   const std::vector<std::string> names = api_->devices();
@@ -102,7 +101,8 @@ VerbsTransport::VerbsTransport(runtime::EventLoop& loop, std::shared_ptr<VerbsAp
   gid_index_ = o.gid_index;
   device_name_ = name + ":" + std::to_string(o.port);
   try {
-    if ((context_ = api_->open_device(name)) == nullptr) throw Error(Status::ERROR, errno_text(("opening " + name).c_str()));
+    if ((context_ = api_->open_device(name)) == nullptr)
+      throw Error(Status::ERROR, errno_text(("opening " + name).c_str()));
     if (int rc = api_->query_port(context_, port_, port_attr_); rc != 0)
       throw InvalidConfigError("RDMA port " + device_name_ + " (HMC_RDMA_PORT): " + std::strerror(rc));
     if (port_attr_.state != IBV_PORT_ACTIVE) throw Error(Status::ERROR, "RDMA port " + device_name_ + " is not active");
@@ -172,7 +172,8 @@ VerbsTransport::~VerbsTransport() {
   regions_.reset();  // deregisters the buffer and user memory
   api_->dereg_mr(send_mr_);
   if (int rc = api_->destroy_cq(cq_); rc != 0) log().error("ibv_destroy_cq: {}", std::strerror(rc));
-  if (int rc = api_->destroy_comp_channel(channel_); rc != 0) log().error("ibv_destroy_comp_channel: {}", std::strerror(rc));
+  if (int rc = api_->destroy_comp_channel(channel_); rc != 0)
+    log().error("ibv_destroy_comp_channel: {}", std::strerror(rc));
   if (int rc = api_->dealloc_pd(pd_); rc != 0) log().error("ibv_dealloc_pd: {}", std::strerror(rc));
   api_->close_device(context_);
 }
@@ -186,8 +187,8 @@ std::unique_ptr<VerbsTransport::Peer> VerbsTransport::make_peer(std::uint32_t ra
   p->record.rank = rank;
   const std::size_t recvs = options_.num_chs * options_.recv_slots;
   if (cq_used_ + recvs > options_.cq_depth) {
-    log().error("verbs: no room in the CQ ({} entries) for rank {}'s receive buffers: too many peers", options_.cq_depth,
-                rank);
+    log().error("verbs: no room in the CQ ({} entries) for rank {}'s receive buffers: too many peers",
+                options_.cq_depth, rank);
     return p;
   }
   p->recv_memory.resize(recvs * options_.slot_size);
@@ -412,7 +413,9 @@ void VerbsTransport::reap_closing() {
   }
 }
 
-void VerbsTransport::submit(OpRequest request, Completion done) { engine_->submit(std::move(request), std::move(done)); }
+void VerbsTransport::submit(OpRequest request, Completion done) {
+  engine_->submit(std::move(request), std::move(done));
+}
 
 std::uint64_t VerbsTransport::register_region(void* base, std::size_t size, MemoryType) {
   ibv_mr* mr = api_->reg_mr(pd_, base, size, IBV_ACCESS_LOCAL_WRITE);
@@ -787,8 +790,7 @@ bool VerbsTransport::progress() {
     if (on_peer_ready && live(rank) != nullptr) on_peer_ready(rank);
   for (auto [rank, ec] : std::exchange(failed_, {})) {
     if (live(rank) == nullptr) continue;
-    const error_code reason =
-        ec == make_error_code(Status::PROTOCOL_ERROR) ? ec : make_error_code(Status::PEER_LOST);
+    const error_code reason = ec == make_error_code(Status::PROTOCOL_ERROR) ? ec : make_error_code(Status::PEER_LOST);
     log().warn("verbs: connection to rank {} failed ({}); dropping it", rank, ec.message());
     drop_failed_peer(rank, reason);
   }

@@ -29,17 +29,17 @@ struct VerbsOptions {
   static constexpr std::size_t kDefaultStripeMin = std::size_t{64} << 10;
 
   EngineOptions engine;
-  std::size_t max_message = (16u << 20) + 1;  // a larger fast-path message disconnects its sender
-  std::string device;          // RDMA device name; empty: HMC_RDMA_DEVICE, else the first one listed
-  int port = 0;                // 0: HMC_RDMA_PORT, else 1
-  int gid_index = -1;          // RoCE GID index; -1: HMC_RDMA_GID_INDEX, else 0
-  std::size_t num_chs = 1;     // RC QPs per peer (operations are spread over them round robin)
+  std::size_t max_message = (16u << 20) + 1;   // a larger fast-path message disconnects its sender
+  std::string device;                          // RDMA device name; empty: HMC_RDMA_DEVICE, else the first one listed
+  int port = 0;                                // 0: HMC_RDMA_PORT, else 1
+  int gid_index = -1;                          // RoCE GID index; -1: HMC_RDMA_GID_INDEX, else 0
+  std::size_t num_chs = 1;                     // RC QPs per peer (operations are spread over them round robin)
   std::size_t stripe_min = kDefaultStripeMin;  // a segment this large is cut into one piece per QP
-  std::uint32_t sq_depth = 256;        // send work requests per QP; more wait in the QP's backlog
-  std::uint32_t recv_slots = 32;       // receive buffers per QP for fast-path messages
-  std::uint32_t slot_size = 4096;      // bytes per receive / send buffer (messages are fragmented)
-  std::uint32_t send_slots = 256;      // registered send buffers shared by every peer
-  std::uint32_t cq_depth = 4096;       // the CQ never holds more: posts wait instead (backpressure)
+  std::uint32_t sq_depth = 256;                // send work requests per QP; more wait in the QP's backlog
+  std::uint32_t recv_slots = 32;               // receive buffers per QP for fast-path messages
+  std::uint32_t slot_size = 4096;              // bytes per receive / send buffer (messages are fragmented)
+  std::uint32_t send_slots = 256;              // registered send buffers shared by every peer
+  std::uint32_t cq_depth = 4096;               // the CQ never holds more: posts wait instead (backpressure)
 };
 
 class VerbsTransport final : public Transport, private OpPoster {
@@ -84,7 +84,7 @@ class VerbsTransport final : public Transport, private OpPoster {
     std::uint32_t rkey = 0;
     std::uint64_t wr_id = 0;  // an engine PostId, an internal id, or 0 (unsignalled)
     bool signalled = false;
-    std::uint32_t header = 0;      // SEND: the message length written before the fragment (first fragment)
+    std::uint32_t header = 0;  // SEND: the message length written before the fragment (first fragment)
     bool has_header = false;
   };
   struct Posted {
@@ -97,7 +97,7 @@ class VerbsTransport final : public Transport, private OpPoster {
     std::uint64_t id = 0;                // the flush READs' internal id; 0: a message behind one
     std::span<const std::byte> message;  // the engine keeps it alive until `token` is reported
     PostId token = kNoPostId;
-    std::size_t left = 0;                // flush READs not back yet
+    std::size_t left = 0;  // flush READs not back yet
     error_code error;
   };
   struct Qp {
@@ -119,10 +119,10 @@ class VerbsTransport final : public Transport, private OpPoster {
     std::size_t cq_share = 0;   // CQ entries its posts and receives may still produce
     bool connected = false;     // add_peer ran: its QPs are RTR/RTS
     bool closing = false;
-    error_code error;           // the first error completion's meaning
+    error_code error;                // the first error completion's meaning
     std::vector<std::byte> partial;  // a fast-path message being reassembled
     std::size_t expected = 0;
-    std::deque<Held> held;           // bounded by the engine's max_inflight
+    std::deque<Held> held;  // bounded by the engine's max_inflight
   };
 
   // OpPoster

@@ -36,9 +36,9 @@ struct StoreOptions {
 
 // The parts of a store URL (parse_store_url); env:// resolves to its tcp:// address.
 struct StoreAddress {
-  std::string scheme;                                      // "tcp" or "etcd"
+  std::string scheme;                                            // "tcp" or "etcd"
   std::vector<std::pair<std::string, std::uint16_t>> endpoints;  // host, port (etcd: one or more)
-  std::string url;                                         // as the user wrote it, for messages
+  std::string url;                                               // as the user wrote it, for messages
 };
 
 // InvalidConfigError (with the URL) for anything that is not one of the forms above.
@@ -66,7 +66,8 @@ class Store {
 
   template <class Token>
   auto async_set(std::string key, std::string value, Token&& token) {
-    return start<void(std::exception_ptr)>(op_set, {std::move(key)}, std::move(value), {}, 0, {}, std::forward<Token>(token));
+    return start<void(std::exception_ptr)>(op_set, {std::move(key)}, std::move(value), {}, 0, {},
+                                           std::forward<Token>(token));
   }
   // Waits up to `timeout` for the key to exist, then completes with its value.
   template <class Token>
@@ -147,9 +148,9 @@ class Store {
       }
     };
   }
-  static void start_on_loop(const std::shared_ptr<detail::StoreState>& state, OpCode op,
-                            std::vector<std::string> keys, std::string value, std::string expected,
-                            std::int64_t delta, std::chrono::milliseconds timeout, any_result done);
+  static void start_on_loop(const std::shared_ptr<detail::StoreState>& state, OpCode op, std::vector<std::string> keys,
+                            std::string value, std::string expected, std::int64_t delta,
+                            std::chrono::milliseconds timeout, any_result done);
   template <class T, class F>
   T blocking(const char* what, std::chrono::milliseconds timeout, F start_op);
   void open(const std::string& url, StoreOptions options, runtime::EventLoop* loop);

@@ -20,22 +20,22 @@ class StoreServerImpl;
 }
 
 struct StoreServerOptions {
-  std::string auth_key;                  // empty: $HMC_AUTH_KEY, then the key file
+  std::string auth_key;  // empty: $HMC_AUTH_KEY, then the key file
   bool authenticate = true;
-  std::size_t max_connections = 4096;    // more are closed at once (a world of 1024 ranks needs 1024)
+  std::size_t max_connections = 4096;  // more are closed at once (a world of 1024 ranks needs 1024)
   // Connections still in their handshake, in all and from one source address. A newcomer that finds
   // no room evicts the oldest (of its source when that source is at its cap); the client retries.
   std::size_t max_handshakes = 64;
   std::size_t max_handshakes_per_source = 16;
   std::size_t max_keys = std::size_t{1} << 20;
-  std::size_t max_bytes = std::size_t{1} << 30;          // keys + values held
+  std::size_t max_bytes = std::size_t{1} << 30;  // keys + values held
   std::size_t max_value_size = std::size_t{16} << 20;
-  std::size_t max_waits_per_connection = 1024;           // get/wait requests parked at once
+  std::size_t max_waits_per_connection = 1024;  // get/wait requests parked at once
   // Reply bytes waiting for clients that do not read, over all connections: past it, a connection
   // that already has replies waiting is closed instead of queueing more (each has its own bound too).
   std::size_t max_queued_replies = std::size_t{256} << 20;
   std::chrono::milliseconds handshake_timeout{5000};
-  std::chrono::milliseconds frame_timeout{30000};        // a frame's payload must arrive within this
+  std::chrono::milliseconds frame_timeout{30000};  // a frame's payload must arrive within this
 };
 
 class StoreServer {

@@ -50,7 +50,17 @@ namespace detail {
 
 // One collective as submitted (spans must stay valid until it completes).
 struct CollectiveCall {
-  enum class Kind { barrier, broadcast, all_gather, all_gather_v, gather, scatter, all_to_all, all_to_all_v, all_reduce };
+  enum class Kind {
+    barrier,
+    broadcast,
+    all_gather,
+    all_gather_v,
+    gather,
+    scatter,
+    all_to_all,
+    all_to_all_v,
+    all_reduce
+  };
   Kind kind = Kind::barrier;
   std::span<const std::byte> in;
   std::span<std::byte> out;
@@ -59,7 +69,7 @@ struct CollectiveCall {
   std::uint32_t root = 0;
   DataType dtype = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
-  std::chrono::milliseconds timeout{0};            // 0: the world's default
+  std::chrono::milliseconds timeout{0};  // 0: the world's default
 };
 
 struct CollectiveResult {

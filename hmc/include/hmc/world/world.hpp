@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "hmc/session.hpp"
-#include "hmc/world/collective.hpp"
 #include "hmc/store/store.hpp"
+#include "hmc/world/collective.hpp"
 
 namespace hmc {
 

@@ -79,9 +79,8 @@ auto async_on_loop(loop_executor loop, Token&& token, Init&& init) {
         const auto wakeup = detail::wakeup_for_post(loop);
         std::shared_ptr<detail::LoopWakeup> keeper;
         if constexpr (detail::is_use_future<std::decay_t<Token>>) keeper = detail::keeper_for_post(loop);
-        asio::dispatch(loop, [erased = std::move(erased), start = std::move(start)]() mutable {
-          start(std::move(erased));
-        });
+        asio::dispatch(loop,
+                       [erased = std::move(erased), start = std::move(start)]() mutable { start(std::move(erased)); });
         if (wakeup) detail::signal(*wakeup);
         if (keeper) detail::nudge(*keeper);
       },

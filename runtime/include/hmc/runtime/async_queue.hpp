@@ -36,10 +36,9 @@ class AsyncQueue {
   // cancelled through the handler's cancellation slot, or the close reason.
   template <class Token>
   auto async_pop(std::chrono::nanoseconds timeout, Token&& token) {
-    return async_on_loop<Signature>(state_->loop, std::forward<Token>(token),
-                                    [s = state_, timeout](asio::any_completion_handler<Signature> h) mutable {
-                                      s->pop(s, timeout, std::move(h));
-                                    });
+    return async_on_loop<Signature>(
+        state_->loop, std::forward<Token>(token),
+        [s = state_, timeout](asio::any_completion_handler<Signature> h) mutable { s->pop(s, timeout, std::move(h)); });
   }
 
  private:
@@ -95,7 +94,8 @@ class AsyncQueue {
       auto slot = asio::get_associated_cancellation_slot(h);
       if (slot.is_connected()) {
         slot.assign([weak = std::weak_ptr<State>(self), id](asio::cancellation_type) {
-          if (auto s = weak.lock()) post_to_loop(s->loop, [weak, id] {
+          if (auto s = weak.lock())
+            post_to_loop(s->loop, [weak, id] {
               if (auto st = weak.lock()) st->expire(id, asio::error::operation_aborted);
             });
         });

@@ -47,8 +47,8 @@ class AsyncReadySet {
     auto& q = waiting_[key];
     if (!q) q = std::make_unique<AsyncQueue<Ready>>(loop_);
     auto slot = asio::get_associated_cancellation_slot(handler);
-    q->async_pop(timeout, asio::bind_cancellation_slot(slot, [h = std::forward<Handler>(handler)](
-                                                                 error_code ec, Ready) mutable { h(ec); }));
+    q->async_pop(timeout, asio::bind_cancellation_slot(
+                              slot, [h = std::forward<Handler>(handler)](error_code ec, Ready) mutable { h(ec); }));
   }
 
  private:
