@@ -1,7 +1,8 @@
 // ConnType::RDMA end to end: Sessions over the VerbsTransport, run twice. "emulated": over the
-// in-process EMULATED fabric (hmc/src/verbs/emulated_verbs.hpp), always; "device": over rdma-core
-// and the first RDMA device, skipped (with the reason) where ibv_get_device_list lists none, or run
-// by scripts/test --rdma. Fault injection needs the emulation: those cases run only there.
+// in-process EMULATED fabric (tests/emulation/emulated_verbs.hpp, in the test library), always;
+// "device": over rdma-core and the first RDMA device (HMC_RDMA_DEVICE picks another), skipped with
+// the reason where ibv_get_device_list lists none. Fault injection needs the emulation: those cases
+// run only there.
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -56,8 +57,8 @@ class VerbsSession : public ::testing::TestWithParam<const char*> {
   bool emulated() const { return std::string(GetParam()) == "emulated"; }
   void SetUp() override {
     if (!emulated() && !device_present())
-      GTEST_SKIP() << "no RDMA device: ibv_get_device_list lists none here (the real-device run needs one; "
-                      "scripts/test --rdma)";
+      GTEST_SKIP() << "no RDMA device: ibv_get_device_list lists none here (the real-device run needs one: "
+                      "run hmc_verbs_tests where an RDMA NIC is)";
     if (emulated()) fabric = detail::EmulatedFabric::shared();
     dir = test::temp_dir();
     start(10s);
