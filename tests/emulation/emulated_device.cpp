@@ -12,9 +12,9 @@ namespace hmc::detail {
 
 namespace {
 
-// Per memory type (the enum's values are small): enabled, stalled, failures to inject, copies made.
+// Per memory type (the enum's values are small): stalled, failures to inject, copies made. Whether
+// it is enabled is whether the type has a DeviceStandIn.
 struct EmulationState {
-  std::atomic<bool> enabled{false};
   std::atomic<bool> stalled{false};
   std::atomic<int> failures{0};
   std::atomic<std::uint64_t> copies{0};
@@ -54,7 +54,8 @@ class EmulatedCopier final : public DeviceCopier {
 
 DeviceEmulation::DeviceEmulation(MemoryType type) : type_(type) {
   EmulationState& s = state(type);
-  if (s.enabled.exchange(true)) throw InvalidArgumentError("device emulation of this type is enabled already");
+  if (DeviceStandIn::of(type) != nullptr)
+    throw InvalidArgumentError("device emulation of this type is enabled already");
   s.stalled = false;
   s.failures = 0;
   s.copies = 0;
@@ -62,10 +63,7 @@ DeviceEmulation::DeviceEmulation(MemoryType type) : type_(type) {
   runtime::log().warn("EMULATED {} device enabled (tests only): host memory copied with memcpy", to_string(type));
 }
 
-DeviceEmulation::~DeviceEmulation() {
-  DeviceStandIn::set(type_, nullptr);
-  state(type_).enabled = false;
-}
+DeviceEmulation::~DeviceEmulation() { DeviceStandIn::set(type_, nullptr); }
 void DeviceEmulation::stall(bool on) noexcept { state(type_).stalled = on; }
 void DeviceEmulation::fail_next(int n) noexcept { state(type_).failures = n; }
 std::uint64_t DeviceEmulation::copies() const noexcept { return state(type_).copies.load(); }
