@@ -143,8 +143,8 @@ TEST_P(SessionProcessTest, OperationsOnAKilledClientRaisePeerLostErrorSayingHow)
 // A receiver that does not consume (stopped here; a peer in another network
 // namespace that never gets UCX's shared-memory wake-up looks the same) lets the sender's fast-path
 // messages fill UCX's queue. ucp_worker_arm then answers BUSY for as long as sends are pending; the
-// loop must not progress again at once (a core at 100% until the operations time out), and once
-// the peer has been still for a while it retries ~50 times a second, not every safety interval.
+// loop must not progress again at once (a core at 100% until the operations time out). Where UCX
+// arms instead, the loop still wakes every safety interval while the sends are pending.
 TEST_P(SessionProcessTest, SenderToAStoppedPeerWaitsWithoutSpinning) {
   auto child = spawn_client(1, -1);
   for (std::uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(serve_round(1, i));
@@ -168,7 +168,6 @@ TEST_P(SessionProcessTest, SenderToAStoppedPeerWaitsWithoutSpinning) {
     }
   }
   EXPECT_LT(usage.cpu, 0.3) << "the loop spins while sends wait for a peer that does not consume";
-  EXPECT_LT(usage.wakeups, 120) << "the loop keeps retrying a peer that has not consumed for half a second";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, SessionProcessTest, ::testing::Values("tcp", "shm"),
