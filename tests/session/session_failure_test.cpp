@@ -158,7 +158,8 @@ TEST(SessionFailure, LoopGoesIdleAfterAPeerIsLostWithGetsInFlight) {
   test::LoopThread loop(*client);
   std::this_thread::sleep_for(300ms);  // the peer's removal and endpoint close settle
   const auto idle = loop.measure(1s);
-  std::printf("loop thread after the peer loss: %ld wakeups/s, %.1f%% of a core\n", idle.wakeups, idle.cpu * 100.0);
+  std::printf("loop thread after the peer loss: %ld wakeups/s, %ld preemptions/s, %.1f%% of a core\n", idle.wakeups,
+              idle.preemptions, idle.cpu * 100.0);
   EXPECT_LT(idle.wakeups, 50) << "the loop keeps waking up with nothing to do";
   EXPECT_LT(idle.cpu, 0.05);
 }

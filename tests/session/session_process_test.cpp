@@ -156,8 +156,8 @@ TEST_P(SessionProcessTest, SenderToAStoppedPeerWaitsWithoutSpinning) {
   test::LoopThread loop(*server);
   std::this_thread::sleep_for(500ms);
   const auto usage = loop.measure(1s);
-  std::printf("sender's loop thread while its peer is stopped: %.1f%% of a core, %ld wakeups\n", usage.cpu * 100.0,
-              usage.wakeups);
+  std::printf("sender's loop thread while its peer is stopped: %.1f%% of a core, %ld wakeups, %ld preemptions\n",
+              usage.cpu * 100.0, usage.wakeups, usage.preemptions);
   child->kill(SIGKILL);
   child->kill(SIGCONT);
   EXPECT_EQ(child->wait(), 128 + SIGKILL);

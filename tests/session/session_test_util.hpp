@@ -98,14 +98,16 @@ class LoopThread {
     std::tie(tid_, clock_) = ids.get_future().get();
   }
   struct Usage {
-    long wakeups = 0;  // voluntary context switches: each sleep of the loop ends in one
-    double cpu = 0;    // seconds of CPU
+    long wakeups = 0;      // voluntary context switches: each sleep of the loop ends in one
+    long preemptions = 0;  // involuntary ones: the thread was runnable and another ran
+    double cpu = 0;        // seconds of CPU
   };
   Usage now() const {
     Usage u;
     std::ifstream status("/proc/self/task/" + std::to_string(tid_) + "/status");
     for (std::string line; std::getline(status, line);)
       if (line.rfind("voluntary_ctxt_switches:", 0) == 0) u.wakeups = std::stol(line.substr(24));
+      else if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) u.preemptions = std::stol(line.substr(27));
     ::timespec t{};
     if (::clock_gettime(clock_, &t) != 0)
       throw std::runtime_error("LoopThread: cannot read the loop thread's CPU clock");
@@ -117,7 +119,7 @@ class LoopThread {
     const Usage a = now();
     std::this_thread::sleep_for(d);
     const Usage b = now();
-    return {b.wakeups - a.wakeups, b.cpu - a.cpu};
+    return {b.wakeups - a.wakeups, b.preemptions - a.preemptions, b.cpu - a.cpu};
   }
 
  private:
