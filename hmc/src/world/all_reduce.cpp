@@ -32,6 +32,19 @@ asio::awaitable<void> WorldImpl::all_reduce(CollectiveCall& c, time_point deadli
                       "), this rank " + std::to_string(bytes) + " bytes (type/op " + std::to_string(kind) + ")"};
   };
   auto slot = [&](std::uint32_t p) { return p < rank ? p : p - 1; };
+  // Round s: tells every peer where this rank's `nbytes` of input lie and collects theirs, checked.
+  auto announce = [&](std::uint64_t s, std::size_t base, std::size_t nbytes) {
+    auto got = std::make_shared<std::vector<WorldMessage>>(n);
+    auto b = batch();
+    for (auto p : peers) send(b, p, WorldMessage{WorldKind::notice, 0, 0, s, base, nbytes, c.in.size(), kind});
+    for (auto p : peers)
+      expect(b, p, WorldKind::notice, s, 0, deadline,
+             [got, p, check](const WorldMessage& m, std::span<const std::byte>) {
+               check(p, m);
+               (*got)[p] = m;
+             });
+    return std::pair{b, got};
+  };
 
   if (c.in.size() <= kDirectReduce && align_up(c.in.size()) * (n + 1) <= half()) {
     // Small: every rank gets every input and reduces the whole array, in rank order (same bits everywhere).
@@ -39,15 +52,7 @@ asio::awaitable<void> WorldImpl::all_reduce(CollectiveCall& c, time_point deadli
     const std::uint64_t s = seq_++;
     const std::size_t base = region(s);
     session.buffer().write_from_cpu(c.in.data(), c.in.size(), base);
-    auto got = std::make_shared<std::vector<WorldMessage>>(n);
-    auto b = batch();
-    for (auto p : peers) send(b, p, WorldMessage{WorldKind::notice, 0, 0, s, base, c.in.size(), c.in.size(), kind});
-    for (auto p : peers)
-      expect(b, p, WorldKind::notice, s, 0, deadline,
-             [got, p, check](const WorldMessage& m, std::span<const std::byte>) {
-               check(p, m);
-               (*got)[p] = m;
-             });
+    auto [b, got] = announce(s, base, c.in.size());
     co_await b->wait();
     auto g = batch();
     for (auto p : peers) get(g, p, base + stride * (1 + slot(p)), (*got)[p].a, c.in.size());
@@ -79,15 +84,7 @@ asio::awaitable<void> WorldImpl::all_reduce(CollectiveCall& c, time_point deadli
     auto staged = [&](std::uint32_t p) { return reduced + cmax * (1 + slot(p)); };
     const std::byte* in = c.in.data() + done * es;
     session.buffer().write_from_cpu(in, slice_bytes, base);
-    auto got = std::make_shared<std::vector<WorldMessage>>(n);
-    auto b = batch();
-    for (auto p : peers) send(b, p, WorldMessage{WorldKind::notice, 0, 0, s, base, slice_bytes, c.in.size(), kind});
-    for (auto p : peers)
-      expect(b, p, WorldKind::notice, s, 0, deadline,
-             [got, p, check](const WorldMessage& m, std::span<const std::byte>) {
-               check(p, m);
-               (*got)[p] = m;
-             });
+    auto [b, got] = announce(s, base, slice_bytes);
     co_await b->wait();
     const std::size_t mine_off = chunk_begin(rank) * es;
     const std::size_t mine_len = chunk_bytes(rank);
