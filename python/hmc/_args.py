@@ -31,6 +31,25 @@ def integer(value, name, minimum=0, maximum=U64_MAX):
     return v
 
 
+def segment_array(segments):
+    """segments as an (N, 3) integer array for the C++ reader (NumPy, a CPU torch tensor, anything
+    with the buffer protocol), or None when they are a list of tuples."""
+    if isinstance(segments, (str, bytes, bytearray, list, tuple)):
+        return None
+    try:
+        memoryview(segments).release()
+        return segments
+    except TypeError:
+        pass
+    if not hasattr(segments, "__array__"):
+        return None
+    import numpy  # a torch tensor: NumPy reads it without a copy when it is in host memory
+    try:
+        return numpy.asarray(segments)
+    except (TypeError, RuntimeError, ValueError) as e:
+        raise InvalidArgumentError(f"segments must be an (N, 3) integer array in host memory: {e}") from None
+
+
 def offset(value, name):
     return integer(value, name)
 

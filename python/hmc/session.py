@@ -350,7 +350,9 @@ class Session(ReferenceSession):
             raise first
 
     def put_batch(self, peer, segments, conn=ConnType.UCX, timeout=None):
-        """segments: [(local_off, remote_off, nbytes), ...]; one completion, one flush."""
+        """segments: [(local_off, remote_off, nbytes), ...] or an (N, 3) integer array (NumPy, a CPU
+        torch tensor), read in C++ with no Python object per segment; segments that continue one
+        another on both sides travel as one. One completion, one flush."""
         timeout = _args.timeout(timeout)
         return self._finish(self._batch_op(True, peer, segments, conn), timeout)
 
@@ -473,6 +475,9 @@ class Session(ReferenceSession):
 
     def _batch_op(self, is_put, peer, segments, conn):
         _args.data_conn(conn, self._session_conn)
+        array = _args.segment_array(segments)
+        if array is not None:
+            return self._core.batch_array(is_put, self._rank(peer), array, self._notify)
         if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
             raise InvalidArgumentError("segments must be a list of (local_off, remote_off, nbytes)")
         segs = []

@@ -119,6 +119,7 @@ void bind_session(py::module_& m) {
       .def("copy_ptr", &SessionHandle::copy_ptr)
       .def("rma", &SessionHandle::rma)
       .def("batch", &SessionHandle::batch)
+      .def("batch_array", &SessionHandle::batch_array)
       .def("pipeline", &SessionHandle::pipeline)
       .def("registered_rma", &SessionHandle::registered)
       .def("put_notify", &SessionHandle::put_notify)

@@ -6,6 +6,7 @@
 
 #include "buffer_view.hpp"
 #include "hmc/memory.hpp"
+#include "segment_array.hpp"
 
 namespace hmc::python {
 namespace {
@@ -82,8 +83,16 @@ Op SessionHandle::batch(bool is_put, std::uint32_t rank,
   std::vector<Segment> v;
   v.reserve(segs.size());
   for (const auto& [l, r, n] : segs) v.push_back(Segment{l, r, n});
+  return batch_of(is_put, rank, std::move(v), notify);
+}
+
+Op SessionHandle::batch_array(bool is_put, std::uint32_t rank, const py::buffer& segs, bool notify) {
+  return batch_of(is_put, rank, segments_from_array(segs), notify);
+}
+
+Op SessionHandle::batch_of(bool is_put, std::uint32_t rank, std::vector<Segment> segs, bool notify) {
   return submit(notify, py::none(), nullptr,
-                [=, v = std::move(v)](Session& s, const std::shared_ptr<OpCompletion>& c) mutable {
+                [=, v = std::move(segs)](Session& s, const std::shared_ptr<OpCompletion>& c) mutable {
                   is_put ? s.async_put_batch(rank, std::move(v), completer(c))
                          : s.async_get_batch(rank, std::move(v), completer(c));
                 });

@@ -185,5 +185,8 @@ def test_pipeline_and_batch_from_asyncio(server, tls):
         assert (await acommand(c, op="sha", offset=20 * MiB, nbytes=n)).decode() == sha(pattern(n, 8))
         await c.get_batch(0, [(30 * MiB, 20 * MiB, 100), (30 * MiB + 100, 20 * MiB + 100, n - 100)])
         assert c.buf.get_bytes(30 * MiB, n) == pattern(n, 8)
+        # The same as an array, in reverse order: the halves swap places.
+        await c.get_batch(0, np.array([(40 * MiB + n - 100, 20 * MiB, 100), (40 * MiB, 20 * MiB + 100, n - 100)]))
+        assert c.buf.get_bytes(40 * MiB, n) == pattern(n, 8)[100:] + pattern(n, 8)[:100]
 
     run(server, tls, body)

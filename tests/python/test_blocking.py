@@ -90,6 +90,36 @@ def test_batch_and_pipeline(client):
     assert remote_sha(client, 10 * MiB, n) == sha(pattern(n, 7))
 
 
+def test_batch_segments_as_arrays(client):
+    rows = [(i * 10_000, 9 * MiB + i * 20_000, 1000 + i * 311) for i in range(20)]
+    wide = np.zeros((20, 4), dtype=np.int64)
+    wide[:, :3] = rows
+    forms = {"int64": np.array(rows, dtype=np.int64), "uint32": np.array(rows, dtype=np.uint32),
+             "strided view": wide[:, :3], "torch": torch.tensor(rows)}
+    for k, (form, segs) in enumerate(forms.items()):
+        for i, (l, _, n) in enumerate(rows):
+            client.buf.put(pattern(n, 1000 * k + i), l)
+        client.put_batch(0, segs)
+        for i, (_, r, n) in enumerate(rows):
+            assert remote_sha(client, r, n) == sha(pattern(n, 1000 * k + i)), f"{form}: segment {i}"
+
+
+def test_a_block_table_of_neighbouring_and_scattered_blocks(client):
+    # 4 KiB blocks: runs that continue on both sides (coalesced into one transfer) and a shuffle.
+    block = 4096
+    src = np.arange(64, dtype=np.int64)
+    dst = np.concatenate([np.arange(16), np.random.default_rng(5).permutation(np.arange(16, 64))])
+    table = np.stack([src * block, 12 * MiB + dst * block, np.full(64, block)], axis=1)
+    data = pattern(64 * block, 77)
+    client.buf.put(data, 0)
+    client.put_batch(0, table)
+    for s, d in zip(src, dst):
+        assert remote_sha(client, 12 * MiB + int(d) * block, block) == sha(data[s * block:(s + 1) * block])
+    client.buf.put(bytes(64 * block), 0)
+    client.get_batch(0, table)
+    assert bytes(client.buf.get_bytes(0, 64 * block)) == data
+
+
 def test_blocking_calls_release_the_gil(client):
     errors = []
 

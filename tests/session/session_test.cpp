@@ -1,6 +1,9 @@
 // Session over real UCX, parametrized over transports (tcp, shared memory) and progress modes.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <limits>
+
 #include <atomic>
 #include <deque>
 #include <string_view>
@@ -419,6 +422,27 @@ TEST(SessionFastCtrl, PutNotifyWithoutTheFastPathKeepsItsOrder) {
     ASSERT_TRUE(holds(server.buffer(), 0, 65536, 300 + i)) << "round " << i;
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(Segments, RunsThatContinueOnBothSidesBecomeOneAndNothingElseMoves) {
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  std::vector<Segment> v = {{0, 100, 10},     {10, 110, 5}, {15, 115, 1},  // one run
+                            {16, 200, 4},                                  // local continues, remote does not
+                            {20, 204, 0},     {20, 204, 4},                // empty: kept apart
+                            {kMax - 1, 0, 1}, {kMax, 1, 1},                // would wrap: kept apart
+                            {50, 60, 8},      {58, 68, 8}};                // a second run
+  coalesce(v);
+  const std::vector<std::array<std::size_t, 3>> want = {{0, 100, 16},     {16, 200, 4}, {20, 204, 0}, {20, 204, 4},
+                                                        {kMax - 1, 0, 1}, {kMax, 1, 1}, {50, 60, 16}};
+  ASSERT_EQ(v.size(), want.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].local_offset, want[i][0]) << i;
+    EXPECT_EQ(v[i].remote_offset, want[i][1]) << i;
+    EXPECT_EQ(v[i].size, want[i][2]) << i;
+  }
+  std::vector<Segment> one = {{1, 2, 3}};
+  coalesce(one);
+  EXPECT_EQ(one.size(), 1u);
 }
 
 TEST(SessionLarge, BuffersOfFourGiBAndMoreUse64BitOffsets) {

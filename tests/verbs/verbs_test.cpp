@@ -379,10 +379,11 @@ TEST_P(VerbsStriping, PutsAndGetsAroundTheThresholdMoveEveryByte) {
     EXPECT_TRUE(holds(client->buffer(), 7, n, n + 1)) << n;
     EXPECT_EQ(fabric->take_largest_rdma(), piece(n)) << n;
   }
-  // Several striped segments of one operation (one engine token, posted once per segment).
+  // Several striped segments of one operation (one engine token, posted once per segment), listed
+  // backwards so that the batch does not merge them into one.
   const std::size_t n = 2 * kMin + 1;
   std::vector<Segment> segs;
-  for (std::size_t i = 0; i < 4; ++i) segs.push_back(Segment{i * n, (2u << 20) + i * n, n});
+  for (std::size_t i = 4; i-- > 0;) segs.push_back(Segment{i * n, (2u << 20) + i * n, n});
   fill(client->buffer(), 0, 4 * n, 31);
   client->put_batch(0, segs);
   EXPECT_TRUE(holds(server->buffer(), 2u << 20, 4 * n, 31));

@@ -178,13 +178,16 @@ class Session {
     return start_rma<Token>(false, false, peer, 0, Segment{local_off, remote_off, size}, 0, 0,
                             std::forward<Token>(token));
   }
-  // Many segments, one completion (one endpoint flush for puts).
+  // Many segments, one completion (one endpoint flush for puts); segments that continue one another
+  // on both sides travel as one (coalesce).
   template <class Token = default_token>
   auto async_put_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token = default_token{}) {
+    coalesce(segments);
     return start_rma<Token>(true, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
   template <class Token = default_token>
   auto async_get_batch(std::uint32_t peer, std::vector<Segment> segments, Token&& token = default_token{}) {
+    coalesce(segments);
     return start_rma<Token>(false, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
   // One range in `chunk`-byte pieces with at most `max_inflight` in flight (a sliding window).
