@@ -349,12 +349,13 @@ class Session(ReferenceSession):
         if first is not None:
             raise first
 
-    def put_batch(self, peer, segments, conn=ConnType.UCX, timeout=None):
+    def put_batch(self, peer, segments, conn=ConnType.UCX, timeout=None, *, notify=None):
         """segments: [(local_off, remote_off, nbytes), ...] or an (N, 3) integer array (NumPy, a CPU
         torch tensor), read in C++ with no Python object per segment; segments that continue one
-        another on both sides travel as one. One completion, one flush."""
+        another on both sides travel as one. One completion, one flush. notify: a tag (int) or bytes
+        that the peer's ctrl_recv gets only after every segment's bytes are visible to it."""
         timeout = _args.timeout(timeout)
-        return self._finish(self._batch_op(True, peer, segments, conn), timeout)
+        return self._finish(self._batch_op(True, peer, segments, conn, notify), timeout)
 
     def get_batch(self, peer, segments, conn=ConnType.UCX, timeout=None):
         timeout = _args.timeout(timeout)
@@ -473,11 +474,11 @@ class Session(ReferenceSession):
                                          self._notify)
         return self._core.rma(is_put, self._rank(ip, port, wait), local_off, remote_off, nbytes, self._notify)
 
-    def _batch_op(self, is_put, peer, segments, conn):
+    def _batch_op(self, is_put, peer, segments, conn, tag=None):
         _args.data_conn(conn, self._session_conn)
         array = _args.segment_array(segments)
         if array is not None:
-            return self._core.batch_array(is_put, self._rank(peer), array, self._notify)
+            return self._core.batch_array(is_put, self._rank(peer), array, self._notify, tag)
         if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
             raise InvalidArgumentError("segments must be a list of (local_off, remote_off, nbytes)")
         segs = []
@@ -486,7 +487,7 @@ class Session(ReferenceSession):
                 raise InvalidArgumentError(f"segments[{i}] must be (local_off, remote_off, nbytes), not {seg!r}")
             segs.append((_args.offset(seg[0], f"segments[{i}] local_off"),
                          _args.offset(seg[1], f"segments[{i}] remote_off"), _args.size(seg[2], f"segments[{i}] nbytes")))
-        return self._core.batch(is_put, self._rank(peer), segs, self._notify)
+        return self._core.batch(is_put, self._rank(peer), segs, self._notify, tag)
 
     def _pipeline_op(self, is_put, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn):
         _args.data_conn(conn, self._session_conn)

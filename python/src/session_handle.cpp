@@ -79,18 +79,28 @@ Op SessionHandle::rma(bool is_put, std::uint32_t rank, std::size_t local, std::s
 }
 
 Op SessionHandle::batch(bool is_put, std::uint32_t rank,
-                        const std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>& segs, bool notify) {
+                        const std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>& segs, bool notify,
+                        py::object tag) {
   std::vector<Segment> v;
   v.reserve(segs.size());
   for (const auto& [l, r, n] : segs) v.push_back(Segment{l, r, n});
-  return batch_of(is_put, rank, std::move(v), notify);
+  return batch_of(is_put, rank, std::move(v), notify, tag);
 }
 
-Op SessionHandle::batch_array(bool is_put, std::uint32_t rank, const py::buffer& segs, bool notify) {
-  return batch_of(is_put, rank, segments_from_array(segs), notify);
+Op SessionHandle::batch_array(bool is_put, std::uint32_t rank, const py::buffer& segs, bool notify, py::object tag) {
+  return batch_of(is_put, rank, segments_from_array(segs), notify, tag);
 }
 
-Op SessionHandle::batch_of(bool is_put, std::uint32_t rank, std::vector<Segment> segs, bool notify) {
+Op SessionHandle::batch_of(bool is_put, std::uint32_t rank, std::vector<Segment> segs, bool notify,
+                           const py::object& tag) {
+  if (!tag.is_none()) {
+    CtrlMessage m = message_of(tag, "notify");
+    return submit(
+        notify, py::none(), nullptr,
+        [=, v = std::move(segs), m = std::move(m)](Session& s, const std::shared_ptr<OpCompletion>& c) mutable {
+          s.async_put_batch_notify(rank, std::move(v), std::move(m), completer(c));
+        });
+  }
   return submit(notify, py::none(), nullptr,
                 [=, v = std::move(segs)](Session& s, const std::shared_ptr<OpCompletion>& c) mutable {
                   is_put ? s.async_put_batch(rank, std::move(v), completer(c))

@@ -70,10 +70,11 @@ class SessionHandle {
   }
 
   Op rma(bool is_put, std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, bool notify);
+  // A batch; with a `tag` (puts only), the tag follows it to the peer's ctrl_recv as put_notify's.
   Op batch(bool is_put, std::uint32_t rank, const std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>& segs,
-           bool notify);
+           bool notify, py::object tag);
   // The same for an (N, 3) integer array: read in C++, no Python object per segment.
-  Op batch_array(bool is_put, std::uint32_t rank, const py::buffer& segs, bool notify);
+  Op batch_array(bool is_put, std::uint32_t rank, const py::buffer& segs, bool notify, py::object tag);
   Op pipeline(bool is_put, std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, std::size_t chunk,
               std::size_t window, bool notify);
   Op registered(bool is_put, const Registered& reg, std::size_t off, std::uint32_t rank, std::size_t remote,
@@ -105,7 +106,7 @@ class SessionHandle {
   void close();
 
  private:
-  Op batch_of(bool is_put, std::uint32_t rank, std::vector<Segment> segs, bool notify);
+  Op batch_of(bool is_put, std::uint32_t rank, std::vector<Segment> segs, bool notify, const py::object& tag);
   // `start` is copied into a handler on the selector thread (start_here): it captures by value.
   template <class Start>
   Op submit(bool notify, py::object keep, std::shared_ptr<void> pin, Start start);

@@ -83,3 +83,50 @@ def test_asyncio_put_with_notify(tmp_path):
                     assert server.buf.get_bytes(8192, 4096) == payload
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_a_batch_of_scattered_blocks_is_whole_when_its_tag_arrives(tmp_path, tls):
+    import numpy as np
+
+    block, blocks, rounds = 4096, 64, 40
+    order = np.random.default_rng(3).permutation(blocks)
+    with hmc.create_session(**kwargs(tmp_path, tls)) as server, hmc.create_session(**kwargs(tmp_path, tls)) as client:
+        server.init_server("127.0.0.1", 0)
+        client.connect("127.0.0.1", server.ctrl_port)
+        for i in range(rounds):
+            region = (i % 2) * MiB
+            data = os.urandom(blocks * block)
+            client.buf.put(data, region)
+            table = np.stack([region + np.arange(blocks) * block, region + order * block, np.full(blocks, block)], axis=1)
+            if i % 2:
+                client.put_batch(0, table, notify=i)
+            else:
+                client.put_batch(0, [tuple(int(v) for v in row) for row in table], notify=b"round %d" % i)
+            assert server.ctrl_recv(1, timeout=20) == (i if i % 2 else b"round %d" % i)
+            got = server.buf.get_bytes(region, blocks * block)
+            for b in range(blocks):
+                d = int(order[b])
+                assert got[d * block:(d + 1) * block] == data[b * block:(b + 1) * block], f"round {i}, block {b}"
+        with pytest.raises(hmc.InvalidArgumentError):
+            client.put_batch(0, [(0, 0, 8)], notify=-1)
+
+
+def test_asyncio_batch_with_notify(tmp_path):
+    import numpy as np
+
+    async def main():
+        with hmc.create_session(**kwargs(tmp_path, "shm")) as server:
+            server.init_server("127.0.0.1", 0)
+            async with hmc.AsyncSession(**kwargs(tmp_path, "shm")) as client:
+                await client.connect("127.0.0.1", server.ctrl_port)
+                for i in range(20):
+                    payload = os.urandom(8 * 4096)
+                    client.buf.put(payload, 0)
+                    table = np.array([(b * 4096, (7 - b) * 4096 + MiB, 4096) for b in range(8)])
+                    await client.put_batch(0, table, notify=i)
+                    assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == i
+                    got = server.buf.get_bytes(MiB, 8 * 4096)
+                    assert all(got[(7 - b) * 4096:(8 - b) * 4096] == payload[b * 4096:(b + 1) * 4096] for b in range(8))
+
+    asyncio.run(main())

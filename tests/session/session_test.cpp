@@ -206,6 +206,47 @@ TEST_P(SessionTest, PutNotifyTagNeverArrivesBeforeItsBytes) {
   EXPECT_THROW(client->put_notify(0, 0, 0, 8, 1), NotConnectedError);
 }
 
+// A batch of scattered blocks with a notify: the tag reaches ctrl_recv only after every block is
+// there, round after round with the regions reused, and tags keep their order.
+TEST_P(SessionTest, ABatchWithANotifyIsWholeWhenItsTagArrives) {
+  constexpr std::size_t kBlock = 4096, kBlocks = 48;
+  constexpr int kRounds = 60;
+  std::atomic<int> stale{0}, disorder{0};
+  std::thread receiver([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      const std::uint64_t tag = server->ctrl_recv(1, 20s);
+      if (tag != static_cast<std::uint64_t>(i)) ++disorder;
+      const std::size_t region = (1u << 20) * static_cast<std::size_t>(i % 2);
+      for (std::size_t b = 0; b < kBlocks; ++b)
+        if (!holds(server->buffer(), region + ((b * 7) % kBlocks) * kBlock, kBlock, 100 * tag + b)) ++stale;
+      server->ctrl_send(1, tag);
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    if (i >= 2) client->ctrl_recv(0, 20s);  // the receiver is done with this round's region
+    const std::size_t region = (1u << 20) * static_cast<std::size_t>(i % 2);
+    std::vector<Segment> segs;
+    for (std::size_t b = 0; b < kBlocks; ++b) {
+      fill(client->buffer(), region + b * kBlock, kBlock, 100 * static_cast<std::uint64_t>(i) + b);
+      segs.push_back({region + b * kBlock, region + ((b * 7) % kBlocks) * kBlock, kBlock});
+    }
+    if (i % 2 == 0) {
+      client->put_batch_notify(0, std::move(segs), static_cast<std::uint64_t>(i));
+    } else {
+      client
+          ->async_put_batch_notify(0, std::move(segs), CtrlMessage::from_tag(static_cast<std::uint64_t>(i)),
+                                   asio::use_future)
+          .get();
+    }
+  }
+  receiver.join();
+  for (int i = 0; i < 2; ++i) client->ctrl_recv(0, 20s);
+  EXPECT_EQ(disorder.load(), 0);
+  EXPECT_EQ(stale.load(), 0) << "a batch's tag overtook some of its bytes";
+  EXPECT_THROW(client->put_batch_notify(0, {{0, 0, 8}, {0, kBuffer, 1}}, 1), OutOfRangeError);
+  EXPECT_THROW(client->put_batch_notify(0, {}, 1), InvalidArgumentError);
+}
+
 TEST_P(SessionTest, BatchAndPipelineWithSizesThatAreNotChunkMultiples) {
   std::vector<Segment> segs;
   std::size_t off = 0;

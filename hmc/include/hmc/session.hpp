@@ -231,6 +231,14 @@ class Session {
     return start_put_notify<Token>(peer, 0, Segment{local_off, remote_off, size}, std::move(message),
                                    std::forward<Token>(token));
   }
+  // A batch, then `message` to the peer's ctrl_recv, which never delivers it before every segment's
+  // bytes are visible there (a KV transfer announced to its receiver in one operation).
+  template <class Token = default_token>
+  auto async_put_batch_notify(std::uint32_t peer, std::vector<Segment> segments, CtrlMessage message,
+                              Token&& token = default_token{}) {
+    coalesce(segments);
+    return start_put_notify<Token>(peer, 0, std::move(segments), std::move(message), std::forward<Token>(token));
+  }
   // The same from registered user memory.
   template <class Token = default_token>
   auto async_put_from_notify(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer,
@@ -257,6 +265,7 @@ class Session {
                     std::size_t chunk, std::size_t max_inflight);
   void put_notify(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                   std::uint64_t tag);
+  void put_batch_notify(std::uint32_t peer, std::vector<Segment> segments, std::uint64_t tag);
 
   // Control messages, ordered per peer. A tag sent after a completed put never shows old data.
   template <class Token = default_token>
@@ -324,19 +333,21 @@ class Session {
           start_rma_on_loop(impl, is_put, pipeline, peer, region, segments_of(segs), chunk, window, std::move(h));
         });
   }
-  template <class Token>
-  auto start_put_notify(std::uint32_t peer, std::uint64_t region, Segment segment, CtrlMessage message, Token&& token) {
+  template <class Token, class Segments>
+  auto start_put_notify(std::uint32_t peer, std::uint64_t region, Segments segments, CtrlMessage message,
+                        Token&& token) {
     return runtime::async_on_loop<void(std::exception_ptr)>(
         executor(), std::forward<Token>(token),
-        [impl = impl_, peer, region, segment, m = std::move(message)](handler h) mutable {
-          start_put_notify_on_loop(impl, peer, region, segment, std::move(m), std::move(h));
+        [impl = impl_, peer, region, segs = std::move(segments), m = std::move(message)](handler h) mutable {
+          start_put_notify_on_loop(impl, peer, region, segments_of(segs), std::move(m), std::move(h));
         });
   }
   static void start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
                                 std::uint32_t peer, std::uint64_t region, std::span<const Segment> segments,
                                 std::size_t chunk, std::size_t window, handler h);
   static void start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
-                                       std::uint64_t region, Segment segment, CtrlMessage message, handler h);
+                                       std::uint64_t region, std::span<const Segment> segments, CtrlMessage message,
+                                       handler h);
   static void start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
                               handler h);
   static void start_close(const std::shared_ptr<detail::SessionImpl>& impl, handler h);

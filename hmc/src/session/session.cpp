@@ -168,9 +168,10 @@ void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl
 }
 
 void Session::start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
-                                       std::uint64_t region, Segment segment, CtrlMessage message, handler h) {
+                                       std::uint64_t region, std::span<const Segment> segments, CtrlMessage message,
+                                       handler h) {
   const auto ex = impl->loop.executor();
-  if (auto error = impl->validate(true, peer, region, segments_of(segment), 0, 0, false))
+  if (auto error = impl->validate(true, peer, region, segments, 0, 0, false))
     return runtime::complete_later(ex, std::move(h), error);
   if (message.bytes().size() > impl->opts.ctrl.max_frame_length)
     return runtime::complete_later(
@@ -183,7 +184,7 @@ void Session::start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl
     detail::OpRequest put;
     put.rank = peer;
     put.region = region;
-    put.segments = segments_of(segment);
+    put.segments = segments;
     return impl->transport->submit(
         put, [impl, peer, m = std::move(message), h = std::move(h)](runtime::error_code ec) mutable {
           if (!ec) return start_ctrl_send(impl, peer, std::move(m), std::move(h));
@@ -197,7 +198,7 @@ void Session::start_put_notify_on_loop(const std::shared_ptr<detail::SessionImpl
   request.rank = peer;
   request.kind = detail::OpKind::put_notify;
   request.region = region;
-  request.segments = segments_of(segment);
+  request.segments = segments;
   request.message = wire;
   impl->transport->submit(request,
                           to_caller(ex, std::move(h), [peer] { return "put_notify to rank " + std::to_string(peer); }));

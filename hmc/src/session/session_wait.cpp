@@ -214,6 +214,13 @@ void Session::put_notify(std::uint32_t peer, std::size_t local_off, std::size_t 
   });
 }
 
+void Session::put_batch_notify(std::uint32_t peer, std::vector<Segment> segments, std::uint64_t tag) {
+  forbid_loop_thread(*loop_, "put_batch_notify");
+  wait_op(*loop_, wait_budget(options()), "put_batch_notify", [&](auto done) {
+    async_put_batch_notify(peer, std::move(segments), CtrlMessage::from_tag(tag), std::move(done));
+  });
+}
+
 void Session::ctrl_send(std::uint32_t peer, std::uint64_t tag) {
   forbid_loop_thread(*loop_, "ctrl_send");
   wait_op(*loop_, wait_budget(options()), "ctrl_send",
