@@ -81,11 +81,11 @@ std::optional<DriverSeat::clock::duration> DriverSeat::keeper_turn(clock::durati
   std::lock_guard<std::mutex> lock(mutex_);
   if (io_.stopped()) return std::nullopt;
   // While a caller drives it runs everything: wait for its leave (which rings only while we wait
-  // for it), not for a fixed nap that outlasts it (posts then sat there up to 10 ms).
+  // for it), not for a fixed nap that could outlast it by up to 10 ms while posts wait.
   keeper_awaits_leave_ = leading_;
   if (leading_) return 10 * yield;
   // A caller is taking the seat or just left it; nobody rings for that, so look again soon.
-  // (A `yield` nap here could swallow a nudge's ring: work a future waits for sat it out.)
+  // (A `yield` nap here could swallow a nudge's ring, leaving work a future waits for unrun.)
   if (waiter_count_.load() != 0) return std::min<clock::duration>(yield, kWaiterSettle);
   if (leaves_ != keeper_seen_leaves_ && !wakeup_.nudged.load()) {
     // Someone drove since the last look: a whole `yield` without a leave before driving.

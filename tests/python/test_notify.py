@@ -1,6 +1,7 @@
 """put(..., notify=tag) / put_remote(..., notify=tag): the peer's ctrl_recv gets the tag only after
 every byte of the put is in its buffer, blocking and asyncio, over shm and tcp."""
 import asyncio
+import contextlib
 import os
 import threading
 
@@ -15,12 +16,29 @@ def kwargs(tmp_path, tls, **extra):
     return dict(buffer_size=4 * MiB, ucx_tls=tls, ucx_net_devices="lo", ctrl_uds_dir=str(tmp_path), **extra)
 
 
-@pytest.mark.parametrize("tls", ["shm", "tcp"])
-def test_every_byte_is_there_when_the_tag_arrives(tmp_path, tls):
-    rounds, regions, size = 300, 8, 64 * 1024
+@contextlib.contextmanager
+def pair(tmp_path, tls):
+    """A server and a blocking client connected to it."""
     with hmc.create_session(**kwargs(tmp_path, tls)) as server, hmc.create_session(**kwargs(tmp_path, tls)) as client:
         server.init_server("127.0.0.1", 0)
         client.connect("127.0.0.1", server.ctrl_port)
+        yield server, client
+
+
+@contextlib.asynccontextmanager
+async def async_pair(tmp_path):
+    """A blocking server and an asyncio client connected to it, over shm."""
+    with hmc.create_session(**kwargs(tmp_path, "shm")) as server:
+        server.init_server("127.0.0.1", 0)
+        async with hmc.AsyncSession(**kwargs(tmp_path, "shm")) as client:
+            await client.connect("127.0.0.1", server.ctrl_port)
+            yield server, client
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_every_byte_is_there_when_the_tag_arrives(tmp_path, tls):
+    rounds, regions, size = 300, 8, 64 * 1024
+    with pair(tmp_path, tls) as (server, client):
         bad = []
 
         def receive():
@@ -50,10 +68,7 @@ def test_every_byte_is_there_when_the_tag_arrives(tmp_path, tls):
 
 
 def test_bytes_messages_bad_tags_and_a_lost_peer_are_typed(tmp_path):
-    with hmc.create_session(**kwargs(tmp_path, "shm")) as server, \
-            hmc.create_session(**kwargs(tmp_path, "shm")) as client:
-        server.init_server("127.0.0.1", 0)
-        client.connect("127.0.0.1", server.ctrl_port)
+    with pair(tmp_path, "shm") as (server, client):
         client.put("127.0.0.1", b"payload", 0, notify=b"ready")
         assert server.ctrl_recv(1, timeout=20) == b"ready"
         assert server.buf.get_bytes(0, 7) == b"payload"
@@ -69,18 +84,15 @@ def test_bytes_messages_bad_tags_and_a_lost_peer_are_typed(tmp_path):
 
 def test_asyncio_put_with_notify(tmp_path):
     async def main():
-        with hmc.create_session(**kwargs(tmp_path, "shm")) as server:
-            server.init_server("127.0.0.1", 0)
-            async with hmc.AsyncSession(**kwargs(tmp_path, "shm")) as client:
-                await client.connect("127.0.0.1", server.ctrl_port)
-                for i in range(50):
-                    payload = os.urandom(4096)
-                    await client.put("127.0.0.1", payload, 0, notify=i)
-                    assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == i
-                    assert server.buf.get_bytes(0, 4096) == payload
-                    await client.put_remote("127.0.0.1", None, 0, 8192, 4096, notify=1000 + i)
-                    assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == 1000 + i
-                    assert server.buf.get_bytes(8192, 4096) == payload
+        async with async_pair(tmp_path) as (server, client):
+            for i in range(50):
+                payload = os.urandom(4096)
+                await client.put("127.0.0.1", payload, 0, notify=i)
+                assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == i
+                assert server.buf.get_bytes(0, 4096) == payload
+                await client.put_remote("127.0.0.1", None, 0, 8192, 4096, notify=1000 + i)
+                assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == 1000 + i
+                assert server.buf.get_bytes(8192, 4096) == payload
 
     asyncio.run(main())
 
@@ -91,9 +103,7 @@ def test_a_batch_of_scattered_blocks_is_whole_when_its_tag_arrives(tmp_path, tls
 
     block, blocks, rounds = 4096, 64, 40
     order = np.random.default_rng(3).permutation(blocks)
-    with hmc.create_session(**kwargs(tmp_path, tls)) as server, hmc.create_session(**kwargs(tmp_path, tls)) as client:
-        server.init_server("127.0.0.1", 0)
-        client.connect("127.0.0.1", server.ctrl_port)
+    with pair(tmp_path, tls) as (server, client):
         for i in range(rounds):
             region = (i % 2) * MiB
             data = os.urandom(blocks * block)
@@ -116,17 +126,14 @@ def test_asyncio_batch_with_notify(tmp_path):
     import numpy as np
 
     async def main():
-        with hmc.create_session(**kwargs(tmp_path, "shm")) as server:
-            server.init_server("127.0.0.1", 0)
-            async with hmc.AsyncSession(**kwargs(tmp_path, "shm")) as client:
-                await client.connect("127.0.0.1", server.ctrl_port)
-                for i in range(20):
-                    payload = os.urandom(8 * 4096)
-                    client.buf.put(payload, 0)
-                    table = np.array([(b * 4096, (7 - b) * 4096 + MiB, 4096) for b in range(8)])
-                    await client.put_batch(0, table, notify=i)
-                    assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == i
-                    got = server.buf.get_bytes(MiB, 8 * 4096)
-                    assert all(got[(7 - b) * 4096:(8 - b) * 4096] == payload[b * 4096:(b + 1) * 4096] for b in range(8))
+        async with async_pair(tmp_path) as (server, client):
+            for i in range(20):
+                payload = os.urandom(8 * 4096)
+                client.buf.put(payload, 0)
+                table = np.array([(b * 4096, (7 - b) * 4096 + MiB, 4096) for b in range(8)])
+                await client.put_batch(0, table, notify=i)
+                assert await asyncio.to_thread(server.ctrl_recv, 1, 20) == i
+                got = server.buf.get_bytes(MiB, 8 * 4096)
+                assert all(got[(7 - b) * 4096:(8 - b) * 4096] == payload[b * 4096:(b + 1) * 4096] for b in range(8))
 
     asyncio.run(main())

@@ -57,8 +57,8 @@ class VerbsSession : public ::testing::TestWithParam<const char*> {
   bool emulated() const { return std::string(GetParam()) == "emulated"; }
   void SetUp() override {
     if (!emulated() && !device_present())
-      GTEST_SKIP() << "no RDMA device: ibv_get_device_list lists none here (the real-device run needs one: "
-                      "run hmc_verbs_tests where an RDMA NIC is)";
+      GTEST_SKIP() << "no RDMA device: ibv_get_device_list lists none (the device cases need a host with an "
+                      "RDMA NIC)";
     if (emulated()) fabric = detail::EmulatedFabric::shared();
     dir = test::temp_dir();
     start(10s);
