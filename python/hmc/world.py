@@ -2,7 +2,7 @@
 one-sided transfers.
 
     world = hmc.init_world("tcp://10.0.0.1:29400", world_size=4)       # rank from the store
-    world = hmc.init_world("env://")                                     # torchrun's variables
+    world = hmc.init_world("env://")                                     # torchrun's, mpirun's or srun's variables
     parts = world.all_gather(np.arange(10))                              # list indexed by rank
     back = world.all_to_all([b"to 0", b"to 1", b"to 2", b"to 3"])        # list indexed by source
     total = world.all_reduce(torch.ones(5), op="sum")                    # a new tensor
@@ -16,9 +16,10 @@ import asyncio
 import functools
 import json
 import os
+import re
 
 from . import _args, _hmc, _payload
-from ._errors import HMCError, InvalidArgumentError
+from ._errors import HMCError, InvalidArgumentError, InvalidConfigError
 from ._store import Store, _TorchStore, wrap_store  # noqa: F401 - Store is re-exported
 from .aio import AsyncSession
 from .session import Session
@@ -157,6 +158,45 @@ def _torchrun_store(options):
                          timeout=datetime.timedelta(seconds=float(timeout)))
 
 
+# Rank and size variables of the launchers env:// reads after torchrun's RANK and WORLD_SIZE, in order.
+_LAUNCHERS = (("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+              ("Slurm", "SLURM_PROCID", "SLURM_NTASKS"))
+
+
+def _launcher_rank_size(environ=os.environ):
+    """(rank, size, launcher name) from mpirun's or else srun's variables; None when torchrun's RANK
+    or WORLD_SIZE is set (the C++ core reads those) or when neither launcher's variables are."""
+    if environ.get("RANK") or environ.get("WORLD_SIZE"):
+        return None
+    for launcher, rank_var, size_var in _LAUNCHERS:
+        if not environ.get(rank_var) and not environ.get(size_var):
+            continue
+        numbers = []
+        for var in (rank_var, size_var):
+            value = environ.get(var, "")
+            if not re.fullmatch(r"[0-9]+", value):  # int() would also take "-1", " 3" and "1_0"
+                raise InvalidConfigError(f"{var}={value!r} ({launcher}) is not a non-negative integer")
+            numbers.append(int(value))
+        rank, size = numbers
+        if size == 0 or rank >= size:
+            raise InvalidConfigError(f"{rank_var}={rank} is outside {size_var}={size} ({launcher})")
+        return rank, size, launcher
+    return None
+
+
+def _env_rank_size(world_size, rank):
+    """env://'s world size and rank: the arguments, else a launcher's (which must agree with them)."""
+    found = _launcher_rank_size()
+    if found is None:
+        return world_size, rank  # the C++ core takes RANK and WORLD_SIZE, or reports them missing
+    env_rank, env_size, launcher = found
+    if world_size and world_size != env_size:  # env://'s world_size 0 means "from the environment"
+        raise InvalidArgumentError(f"world_size={world_size} differs from {launcher}'s {env_size} ranks")
+    if rank is not None and rank != env_rank:
+        raise InvalidArgumentError(f"rank={rank} differs from {launcher}'s rank {env_rank}")
+    return env_size, env_rank
+
+
 def _dtype_code(arr):
     name = arr.dtype.name
     if name not in _DTYPES:
@@ -199,8 +239,10 @@ class _Base:
         if store == "env://" and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             store, world_size, rank = _torchrun_store(options), int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         if isinstance(store, str):
-            if world_size is None and store.startswith("env://"):
-                world_size = 0  # WORLD_SIZE
+            if store.startswith("env://"):
+                world_size, rank = _env_rank_size(world_size, rank)
+                if world_size is None:
+                    world_size = 0  # WORLD_SIZE
             if world_size is None:
                 raise InvalidArgumentError("world_size is required (except for env://)")
             self._core = _hmc.World(store, int(world_size), rank, options)
@@ -379,7 +421,9 @@ class World(_Base):
     """A world of ranks; blocking collectives (the GIL is released while they run).
 
     World(store, world_size=None, rank=None, **options): store is a URL (tcp://, etcd://, env://), an
-    hmc.Store or a torch.distributed.Store-like object. rank=None: assigned by the store. Options:
+    hmc.Store or a torch.distributed.Store-like object. rank=None: assigned by the store; env:// takes
+    rank and size from torchrun's RANK/WORLD_SIZE, else mpirun's OMPI_COMM_WORLD_*, else srun's
+    SLURM_PROCID/SLURM_NTASKS (explicit arguments must agree with mpirun's or srun's). Options:
     buffer_size (bounds one round of a collective; default 64 MiB), ucx_tls, ucx_net_devices,
     progress_mode, timeout (s), job_id, auth_key, authenticate, start_store, local_ip, full_mesh,
     store_timeout, lease_ttl, ctrl_uds_dir. A collective's timeout: seconds, inf, or None (the
