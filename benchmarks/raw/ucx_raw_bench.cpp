@@ -6,11 +6,14 @@
 //   putbw   windows of --depth puts and one endpoint flush (each put is at the peer when its
 //           window's flush completes: HMC's put promise at depth D, UCX's cheapest way to keep it)
 //   getbw   windows of --depth gets, all waited for
+//   scatter --blocks puts of size bytes each, read and written at blocks a shuffled block table
+//           names, and one endpoint flush (a KV-cache batch; us per batch)
+//   contig  the same bytes as scatter in one put + flush (the ceiling scatter is measured against)
 // Two processes (fork), worker addresses and rkeys over a socketpair, busy-polling progress on
 // both sides: the best case raw UCX reaches. Prints one line per (test, size): us/op p50 and
 // mean (putbw/getbw: per window), MB/s and operations/s; --json FILE writes the same rows.
-//   ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw] [--iters N]
-//                 [--sizes 8,64,4096,...] [--depth D] [--json FILE]
+//   ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw,scatter,contig] [--iters N]
+//                 [--sizes 8,64,4096,...] [--depth D] [--blocks N] [--json FILE]
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <ucp/api/ucp.h>
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -30,7 +34,7 @@ namespace {
 
 constexpr unsigned kAmPing = 1;
 constexpr unsigned kAmPong = 2;
-constexpr std::size_t kBufferSize = 16u << 20;
+constexpr std::size_t kMinBuffer = 16u << 20;
 
 [[noreturn]] void die(const char* what, ucs_status_t st = UCS_OK) {
   std::fprintf(stderr, "ucx_raw_bench: %s%s%s\n", what, st == UCS_OK ? "" : ": ", st == UCS_OK ? "" : ucs_status_string(st));
@@ -59,7 +63,9 @@ struct Side {
   ucp_mem_h memh = nullptr;
   ucp_ep_h ep = nullptr;
   ucp_rkey_h rkey = nullptr;
-  char* buffer = nullptr;  // kBufferSize bytes allocated by UCX, as HMC's session buffer (shared memory here)
+  char* buffer = nullptr;  // allocated by UCX, as HMC's session buffer (shared memory on shm)
+  std::size_t buffer_size = kMinBuffer;
+  std::vector<std::uint64_t> src_block, dst_block;  // the block table of scatter: a shuffle each side
   std::uint64_t remote_base = 0;
   volatile unsigned pings = 0, pongs = 0;
 };
@@ -96,14 +102,14 @@ void setup(Side& s, const std::string& tls, int fd) {
   // peer's mapping, where registered user memory would need a cross-memory-attach syscall.
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  mp.length = kBufferSize;
+  mp.length = s.buffer_size;
   mp.flags = UCP_MEM_MAP_ALLOCATE;
   if (ucs_status_t st = ucp_mem_map(s.context, &mp, &s.memh); st != UCS_OK) die("ucp_mem_map", st);
   ucp_mem_attr_t attr{};
   attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
   if (ucs_status_t st = ucp_mem_query(s.memh, &attr); st != UCS_OK) die("ucp_mem_query", st);
   s.buffer = static_cast<char*>(attr.address);
-  std::memset(s.buffer, 1, kBufferSize);
+  std::memset(s.buffer, 1, s.buffer_size);
   for (auto [id, counter] : {std::pair{kAmPing, &s.pings}, std::pair{kAmPong, &s.pongs}}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -182,6 +188,15 @@ void one(Side& s, const std::string& test, std::size_t size, std::size_t depth, 
       reqs.push_back(ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p));
     reqs.push_back(ucp_ep_flush_nbx(s.ep, &p));
     wait_all(s, reqs, "put window");
+  } else if (test == "scatter") {
+    for (std::size_t i = 0; i < s.src_block.size(); ++i)
+      reqs.push_back(ucp_put_nbx(s.ep, s.buffer + s.src_block[i] * size, size, s.remote_base + s.dst_block[i] * size,
+                                 s.rkey, &p));
+    reqs.push_back(ucp_ep_flush_nbx(s.ep, &p));
+    wait_all(s, reqs, "scatter");
+  } else if (test == "contig") {
+    wait(s, ucp_put_nbx(s.ep, s.buffer, size * s.src_block.size(), s.remote_base, s.rkey, &p), "put");
+    wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
   } else {  // getbw
     for (std::size_t i = 0; i < depth; ++i)
       reqs.push_back(ucp_get_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p));
@@ -196,11 +211,13 @@ struct Row {
   double p50_us = 0, mean_us = 0, seconds = 0;
 };
 
-// `ops` operations (windowed tests: ops / depth windows), after a tenth as many unmeasured.
+// `ops` operations (windowed tests: ops / depth windows; scatter/contig: ops batches), after a tenth
+// as many unmeasured.
 Row run(Side& s, const std::string& test, std::size_t size, long ops, std::size_t depth) {
   const bool window = test == "putbw" || test == "getbw";
-  const std::size_t d = window ? depth : 1;
-  const long rounds = std::max<long>(ops / static_cast<long>(d), 1);
+  const bool kv = test == "scatter" || test == "contig";
+  const std::size_t d = window ? depth : kv ? s.src_block.size() : 1;
+  const long rounds = kv ? ops : std::max<long>(ops / static_cast<long>(d), 1);  // kv: ops counts batches
   std::vector<ucs_status_ptr_t> reqs;
   reqs.reserve(d + 1);
   std::vector<double> us;
@@ -257,6 +274,7 @@ int main(int argc, char** argv) {
   int iters = 20000;
   bool iters_given = false;  // --iters N: N at every size; default: a twentieth from 1 MiB up
   std::size_t depth = 16;
+  std::size_t blocks = 15000;
   std::vector<std::string> tests{"put", "get", "notify", "putbw"};
   std::vector<std::size_t> sizes{8, 64, 4096, 65536, 1u << 20};
   for (int i = 1; i < argc; ++i) {
@@ -268,6 +286,8 @@ int main(int argc, char** argv) {
       iters_given = true;
     } else if (a == "--depth" && i + 1 < argc) {
       depth = static_cast<std::size_t>(std::clamp(std::atoi(argv[++i]), 1, 1024));
+    } else if (a == "--blocks" && i + 1 < argc) {
+      blocks = static_cast<std::size_t>(std::clamp(std::atoi(argv[++i]), 1, 1 << 22));
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
     } else if (a == "--tests" && i + 1 < argc) {
@@ -276,31 +296,42 @@ int main(int argc, char** argv) {
         const auto comma = rest.find(',');
         tests.push_back(rest.substr(0, comma));
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
-        if (tests.back() != "put" && tests.back() != "get" && tests.back() != "notify" && tests.back() != "putbw" &&
-            tests.back() != "getbw")
-          die("--tests: put, get, notify, putbw, getbw");
+        static const char* const known[] = {"put", "get", "notify", "putbw", "getbw", "scatter", "contig"};
+        if (std::none_of(std::begin(known), std::end(known), [&](const char* k) { return tests.back() == k; }))
+          die("--tests: put, get, notify, putbw, getbw, scatter, contig");
       }
     } else if (a == "--sizes" && i + 1 < argc) {
       sizes.clear();
       for (const char* p = argv[++i]; *p != '\0';) {
         char* end = nullptr;
         const unsigned long long v = std::strtoull(p, &end, 10);
-        if (end == p || v == 0 || v > kBufferSize) die("--sizes: comma-separated byte counts, 1 .. 16 MiB");
+        if (end == p || v == 0 || v > (1ull << 30)) die("--sizes: comma-separated byte counts, 1 .. 1 GiB");
         sizes.push_back(v);
         p = *end == ',' ? end + 1 : end;
       }
     } else {
       std::fprintf(stderr,
-                   "usage: ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw] [--iters N]\n"
-                   "                     [--sizes 8,64,...] [--depth D] [--json FILE]\n");
+                   "usage: ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw,scatter,contig]\n"
+                   "                     [--iters N] [--sizes 8,64,...] [--depth D] [--blocks N] [--json FILE]\n");
       return 2;
     }
+  }
+  Side s;
+  const bool kv = std::any_of(tests.begin(), tests.end(), [](const std::string& t) { return t == "scatter" || t == "contig"; });
+  for (std::size_t size : sizes) s.buffer_size = std::max(s.buffer_size, kv ? size * blocks : size);
+  // Shuffled block tables on both sides, the same in every run (fixed seed): a KV cache's pages.
+  if (kv) {
+    s.src_block.resize(blocks);
+    for (std::size_t i = 0; i < blocks; ++i) s.src_block[i] = i;
+    s.dst_block = s.src_block;
+    std::mt19937_64 rng(42);
+    std::shuffle(s.src_block.begin(), s.src_block.end(), rng);
+    std::shuffle(s.dst_block.begin(), s.dst_block.end(), rng);
   }
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) die("socketpair");
   const pid_t child = ::fork();
   if (child < 0) die("fork");
-  Side s;
   if (child == 0) {
     ::close(fds[0]);
     setup(s, tls, fds[1]);
@@ -310,7 +341,8 @@ int main(int argc, char** argv) {
   ::close(fds[1]);
   setup(s, tls, fds[0]);
   std::printf("# raw UCX, tls=%s, %d operations per point, depth %zu (putbw/getbw),\n"
-              "# two processes, busy polling; us per operation (putbw/getbw: per window of depth operations)\n",
+              "# two processes, busy polling; us per operation (putbw/getbw: per window of depth operations;\n"
+              "# scatter/contig: per batch, ops = blocks)\n",
               tls.c_str(), iters, depth);
   std::printf("%-7s %9s %6s %9s %9s %12s %12s\n", "test", "bytes", "depth", "p50", "mean", "MB/s", "ops/s");
   std::vector<Row> rows;
@@ -318,7 +350,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 100; ++i) one(s, "notify", 8, 1, reqs);  // endpoint wireup and first touches, unmeasured
   for (const auto& test : tests) {
     for (std::size_t size : sizes) {
-      const long n = size >= (1u << 20) && !iters_given ? std::max(10, iters / 20) : iters;
+      const bool batch = test == "scatter" || test == "contig";
+      const long n = batch ? (iters_given ? iters : 20)
+                           : size >= (1u << 20) && !iters_given ? std::max(10, iters / 20) : iters;
       const Row r = run(s, test, size, n, depth);
       std::printf("%-7s %9zu %6zu %9.2f %9.2f %12.1f %12.0f\n", r.test.c_str(), r.size, r.depth, r.p50_us, r.mean_us,
                   static_cast<double>(r.size) * static_cast<double>(r.ops) / r.seconds / 1e6,
