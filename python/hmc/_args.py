@@ -1,5 +1,6 @@
 """The one place user arguments are checked and converted: every bad value becomes an
 InvalidArgumentError that names the argument, before anything reaches the C++ core."""
+import array
 import math
 import numbers
 import operator
@@ -7,6 +8,7 @@ import re
 
 from ._enums import ConnType, MemoryType
 from ._errors import InvalidArgumentError, UnsupportedError
+from ._hmc import KvLayout
 
 U64_MAX = (1 << 64) - 1
 U32_MAX = (1 << 32) - 1
@@ -31,7 +33,7 @@ def integer(value, name, minimum=0, maximum=U64_MAX):
     return v
 
 
-def segment_array(segments):
+def segment_array(segments, what="segments must be an (N, 3) integer array in host memory"):
     """segments as an (N, 3) integer array for the C++ reader (NumPy, a CPU torch tensor, anything
     with the buffer protocol), or None when they are a list of tuples."""
     if isinstance(segments, (str, bytes, bytearray, list, tuple)):
@@ -47,7 +49,29 @@ def segment_array(segments):
     try:
         return numpy.asarray(segments)
     except (TypeError, RuntimeError, ValueError) as e:
-        raise InvalidArgumentError(f"segments must be an (N, 3) integer array in host memory: {e}") from None
+        raise InvalidArgumentError(f"{what}: {e}") from None
+
+
+def block_ids(ids, name):
+    """ids as a 1-D integer array for the C++ reader: arrays (NumPy, CPU torch tensors, anything with
+    the buffer protocol) as they are, lists and ranges as array('q')."""
+    if isinstance(ids, (str, bytes, bytearray)):
+        raise InvalidArgumentError(f"{name} must be block ids (a 1-D integer array or a list), not {_kind(ids)}")
+    if isinstance(ids, (list, tuple, range)):
+        try:
+            return array.array("q", ids)
+        except (TypeError, OverflowError) as e:
+            raise InvalidArgumentError(f"{name} must hold integers in [0, 2**63): {e}") from None
+    held = segment_array(ids, f"{name} must be a 1-D integer array in host memory")
+    if held is None:
+        raise InvalidArgumentError(f"{name} must be block ids (a 1-D integer array or a list), not {_kind(ids)}")
+    return held
+
+
+def kv_layout(layout, name):
+    if not isinstance(layout, KvLayout):
+        raise InvalidArgumentError(f"{name} must be an hmc.KvLayout, not {_kind(layout)}")
+    return layout
 
 
 def offset(value, name):

@@ -26,7 +26,7 @@ import weakref
 from . import _args
 from ._errors import CancelledError as HMCCancelled, ClosedError, HMCError, InvalidArgumentError, NotConnectedError, TimeoutError
 from .future import Future
-from .session import _SLOW, Session
+from .session import _SLOW, Session, _layout_from
 
 
 class AsyncSession(Session):
@@ -225,6 +225,12 @@ class AsyncSession(Session):
             self._orphan(rank, op)
             raise
 
+    async def exchange_layout(self, peer, layout, timeout=None):
+        """Session.exchange_layout, awaited."""
+        _args.kv_layout(layout, "layout")
+        await self.ctrl_send(peer, layout.to_bytes(), timeout)
+        return _layout_from(await self.ctrl_recv(peer, timeout))
+
     def _orphan(self, rank, op):
         """The receive `op` was cancelled: a message it took (now or later) goes to the next receive."""
         entry = self._pending.pop(op.id, None)
@@ -289,7 +295,7 @@ def _awaits_peer(name):
     return call
 
 
-for _name in ("put", "get", "get_into", "put_remote", "get_remote", "put_batch", "get_batch", "put_pipeline",
-              "get_pipeline", "ctrl_send", "put_torch_cuda", "get_torch_cuda", "buffer_put_then_put",
+for _name in ("put", "get", "get_into", "put_remote", "get_remote", "put_batch", "get_batch", "put_blocks", "get_blocks",
+              "put_pipeline", "get_pipeline", "ctrl_send", "put_torch_cuda", "get_torch_cuda", "buffer_put_then_put",
               "get_then_buffer_get_into", "send_data_to", "recv_data_from"):
     setattr(AsyncSession, _name, _awaits_peer(_name))

@@ -12,7 +12,7 @@ import time
 from . import _args, _payload
 from ._enums import ConnType, MemoryType
 from ._errors import InvalidArgumentError, NotConnectedError, TimeoutError
-from ._hmc import MAX_NUM_CHS, SessionHandle, memory_available
+from ._hmc import MAX_NUM_CHS, KvLayout, SessionHandle, memory_available
 from ._reference import ReferenceBuffer, ReferenceSession, memory_type_from_torch_tensor
 from .future import Future
 
@@ -361,6 +361,28 @@ class Session(ReferenceSession):
         timeout = _args.timeout(timeout)
         return self._finish(self._batch_op(False, peer, segments, conn), timeout)
 
+    def put_blocks(self, peer, layout, src_ids, dst_ids, remote_layout=None, conn=ConnType.UCX, timeout=None, *,
+                   notify=None):
+        """Blocks src_ids[i] of layout (an hmc.KvLayout of this session's buffer) to blocks dst_ids[i]
+        of the peer's remote_layout (default: layout), in every region, as one batch. Ids: 1-D integer
+        arrays (NumPy, CPU torch tensors) or lists. An id past either layout is an InvalidArgumentError
+        naming it, and nothing is sent. notify: as put_batch's."""
+        timeout = _args.timeout(timeout)
+        return self._finish(self._blocks_op(True, peer, layout, src_ids, dst_ids, remote_layout, conn, notify), timeout)
+
+    def get_blocks(self, peer, layout, src_ids, dst_ids, remote_layout=None, conn=ConnType.UCX, timeout=None):
+        """The peer's blocks src_ids[i] of remote_layout (default: layout) into blocks dst_ids[i] of
+        layout, in every region, as one batch."""
+        timeout = _args.timeout(timeout)
+        return self._finish(self._blocks_op(False, peer, layout, src_ids, dst_ids, remote_layout, conn), timeout)
+
+    def exchange_layout(self, peer, layout, timeout=None):
+        """Sends layout to peer and returns the peer's (an hmc.KvLayout). Both sides call it, as their
+        next control message to each other; anything else received first is an InvalidArgumentError."""
+        _args.kv_layout(layout, "layout")
+        self.ctrl_send(peer, layout.to_bytes(), timeout)
+        return _layout_from(self.ctrl_recv(peer, timeout))
+
     def put_pipeline(self, peer, local_off, remote_off, nbytes, chunk=1 << 20, max_inflight=8, conn=ConnType.UCX,
                      timeout=None):
         timeout = _args.timeout(timeout)
@@ -489,6 +511,13 @@ class Session(ReferenceSession):
                          _args.offset(seg[1], f"segments[{i}] remote_off"), _args.size(seg[2], f"segments[{i}] nbytes")))
         return self._core.batch(is_put, self._rank(peer), segs, self._notify, tag)
 
+    def _blocks_op(self, is_put, peer, layout, src_ids, dst_ids, remote_layout, conn, tag=None):
+        _args.data_conn(conn, self._session_conn)
+        layout = _args.kv_layout(layout, "layout")
+        remote = layout if remote_layout is None else _args.kv_layout(remote_layout, "remote_layout")
+        src, dst = _args.block_ids(src_ids, "src_ids"), _args.block_ids(dst_ids, "dst_ids")
+        return self._core.blocks(is_put, self._rank(peer), layout, src, remote, dst, self._notify, tag)
+
     def _pipeline_op(self, is_put, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn):
         _args.data_conn(conn, self._session_conn)
         args = (_args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off"),
@@ -559,6 +588,13 @@ def _fits(have, size):
     if size > have:
         raise InvalidArgumentError(f"size={size} exceeds the {have} bytes of the data")
     return size
+
+
+def _layout_from(message):
+    """The peer's layout from its control message (exchange_layout)."""
+    if not isinstance(message, bytes):
+        raise InvalidArgumentError(f"expected the peer's KV layout, received tag {message!r}")
+    return KvLayout.from_bytes(message)
 
 
 def _tag(tag):

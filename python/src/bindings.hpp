@@ -14,6 +14,8 @@ void bind_logging(pybind11::module_& m);
 void bind_store(pybind11::module_& m);
 // TransferEngine (transfer_engine_bindings.cpp).
 void bind_transfer_engine(pybind11::module_& m);
+// KvLayout (kv_layout_bindings.cpp).
+void bind_kv_layout(pybind11::module_& m);
 
 }  // namespace hmc::python
 

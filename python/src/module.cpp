@@ -6,6 +6,7 @@
 PYBIND11_MODULE(_hmc, m) {
   m.doc() = "HMC core bindings; use the `hmc` package";
   hmc::python::register_error_translator();
+  hmc::python::bind_kv_layout(m);
   hmc::python::bind_session(m);
   hmc::python::bind_logging(m);
   hmc::python::bind_store(m);

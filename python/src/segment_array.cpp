@@ -36,16 +36,42 @@ std::uint64_t read(const std::byte* p, Element e, bool& negative) {
 }
 }  // namespace
 
+namespace {
+Element integer_element(const pybind11::buffer_info& info, const char* what) {
+  const Element e = element_of(info.format, static_cast<std::size_t>(info.itemsize));
+  if (e.width == 0 || e.width > 8)
+    throw InvalidArgumentError(std::string(what) + " must hold integers in this machine's byte order, not format '" +
+                               info.format + "'");
+  return e;
+}
+}  // namespace
+
+std::vector<std::uint64_t> ids_from_array(const pybind11::buffer& array, const char* name) {
+  const pybind11::buffer_info info = array.request();
+  if (info.ndim != 1)
+    throw InvalidArgumentError(std::string(name) + " must be a 1-D array of block ids, not one of " +
+                               std::to_string(info.ndim) + " dimensions");
+  const Element e = integer_element(info, name);
+  const auto n = static_cast<std::size_t>(info.shape[0]);
+  std::vector<std::uint64_t> out(n);
+  const auto* base = static_cast<const std::byte*>(info.ptr);
+  for (std::size_t i = 0; i < n; ++i) {
+    bool negative = false;
+    out[i] = read(base + static_cast<std::ptrdiff_t>(i) * info.strides[0], e, negative);
+    if (negative)
+      throw InvalidArgumentError(std::string(name) + "[" + std::to_string(i) + "] must be >= 0, not " +
+                                 std::to_string(static_cast<std::int64_t>(out[i])));
+  }
+  return out;
+}
+
 std::vector<Segment> segments_from_array(const pybind11::buffer& array) {
   const pybind11::buffer_info info = array.request();
   if (info.ndim != 2 || info.shape[1] != 3)
     throw InvalidArgumentError("segments must be an (N, 3) array of (local_off, remote_off, nbytes), not one of " +
                                std::to_string(info.ndim) + " dimension(s)" +
                                (info.ndim == 2 ? " with " + std::to_string(info.shape[1]) + " columns" : ""));
-  const Element e = element_of(info.format, static_cast<std::size_t>(info.itemsize));
-  if (e.width == 0 || e.width > 8)
-    throw InvalidArgumentError("segments must hold integers in this machine's byte order, not format '" + info.format +
-                               "'");
+  const Element e = integer_element(info, "segments");
   static const char* const kColumn[] = {"local_off", "remote_off", "nbytes"};
   const auto rows = static_cast<std::size_t>(info.shape[0]);
   std::vector<Segment> out(rows);

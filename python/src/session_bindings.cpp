@@ -120,6 +120,7 @@ void bind_session(py::module_& m) {
       .def("rma", &SessionHandle::rma)
       .def("batch", &SessionHandle::batch)
       .def("batch_array", &SessionHandle::batch_array)
+      .def("blocks", &SessionHandle::blocks)
       .def("pipeline", &SessionHandle::pipeline)
       .def("registered_rma", &SessionHandle::registered)
       .def("put_notify", &SessionHandle::put_notify)

@@ -91,6 +91,17 @@ Op SessionHandle::batch_array(bool is_put, std::uint32_t rank, const py::buffer&
   return batch_of(is_put, rank, segments_from_array(segs), notify, tag);
 }
 
+Op SessionHandle::blocks(bool is_put, std::uint32_t rank, const KvLayout& local, const py::buffer& src_ids,
+                         const KvLayout& remote, const py::buffer& dst_ids, bool notify, py::object tag) {
+  const std::vector<std::uint64_t> src = ids_from_array(src_ids, "src_ids");
+  const std::vector<std::uint64_t> dst = ids_from_array(dst_ids, "dst_ids");
+  // A put's sources are local blocks, a get's are the peer's.
+  return batch_of(is_put, rank,
+                  is_put ? local.segments_to(remote, src, dst, "src_ids", "dst_ids")
+                         : local.segments_to(remote, dst, src, "dst_ids", "src_ids"),
+                  notify, tag);
+}
+
 Op SessionHandle::batch_of(bool is_put, std::uint32_t rank, std::vector<Segment> segs, bool notify,
                            const py::object& tag) {
   if (!tag.is_none()) {

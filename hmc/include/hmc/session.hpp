@@ -22,6 +22,7 @@
 #include "hmc/conn_buffer.hpp"
 #include "hmc/ctrl_message.hpp"
 #include "hmc/ctrl_options.hpp"
+#include "hmc/kv_layout.hpp"
 #include "hmc/memory_type.hpp"
 #include "hmc/registered_memory.hpp"
 #include "hmc/runtime/async_op.hpp"
@@ -190,6 +191,23 @@ class Session {
     coalesce(segments);
     return start_rma<Token>(false, false, peer, 0, std::move(segments), 0, 0, std::forward<Token>(token));
   }
+  // Blocks src_ids[i] of `local` to blocks dst_ids[i] of the peer's `remote` layout, every region,
+  // as one batch. Bad ids or layouts throw InvalidArgumentError here, before anything is sent.
+  template <class Token = default_token>
+  auto async_put_blocks(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                        const KvLayout& remote, std::span<const std::uint64_t> dst_ids,
+                        Token&& token = default_token{}) {
+    return async_put_batch(peer, local.segments_to(remote, src_ids, dst_ids, "src_ids", "dst_ids"),
+                           std::forward<Token>(token));
+  }
+  // The peer's blocks src_ids[i] of its `remote` layout into blocks dst_ids[i] of `local`.
+  template <class Token = default_token>
+  auto async_get_blocks(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                        const KvLayout& remote, std::span<const std::uint64_t> dst_ids,
+                        Token&& token = default_token{}) {
+    return async_get_batch(peer, local.segments_to(remote, dst_ids, src_ids, "dst_ids", "src_ids"),
+                           std::forward<Token>(token));
+  }
   // One range in `chunk`-byte pieces with at most `max_inflight` in flight (a sliding window).
   template <class Token = default_token>
   auto async_put_pipeline(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
@@ -239,6 +257,14 @@ class Session {
     coalesce(segments);
     return start_put_notify<Token>(peer, 0, std::move(segments), std::move(message), std::forward<Token>(token));
   }
+  // put_blocks, then `message`, which the peer's ctrl_recv gets only once every block is visible.
+  template <class Token = default_token>
+  auto async_put_blocks_notify(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                               const KvLayout& remote, std::span<const std::uint64_t> dst_ids, CtrlMessage message,
+                               Token&& token = default_token{}) {
+    return async_put_batch_notify(peer, local.segments_to(remote, src_ids, dst_ids, "src_ids", "dst_ids"),
+                                  std::move(message), std::forward<Token>(token));
+  }
   // The same from registered user memory.
   template <class Token = default_token>
   auto async_put_from_notify(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer,
@@ -266,6 +292,12 @@ class Session {
   void put_notify(std::uint32_t peer, std::size_t local_off, std::size_t remote_off, std::size_t size,
                   std::uint64_t tag);
   void put_batch_notify(std::uint32_t peer, std::vector<Segment> segments, std::uint64_t tag);
+  void put_blocks(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                  const KvLayout& remote, std::span<const std::uint64_t> dst_ids);
+  void get_blocks(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                  const KvLayout& remote, std::span<const std::uint64_t> dst_ids);
+  void put_blocks_notify(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                         const KvLayout& remote, std::span<const std::uint64_t> dst_ids, std::uint64_t tag);
 
   // Control messages, ordered per peer. A tag sent after a completed put never shows old data.
   template <class Token = default_token>

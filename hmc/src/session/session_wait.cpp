@@ -221,6 +221,22 @@ void Session::put_batch_notify(std::uint32_t peer, std::vector<Segment> segments
   });
 }
 
+// The blocks' segments are made on the caller's thread: a bad id throws before anything waits.
+void Session::put_blocks(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                         const KvLayout& remote, std::span<const std::uint64_t> dst_ids) {
+  put_batch(peer, local.segments_to(remote, src_ids, dst_ids, "src_ids", "dst_ids"));
+}
+
+void Session::get_blocks(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                         const KvLayout& remote, std::span<const std::uint64_t> dst_ids) {
+  get_batch(peer, local.segments_to(remote, dst_ids, src_ids, "dst_ids", "src_ids"));
+}
+
+void Session::put_blocks_notify(std::uint32_t peer, const KvLayout& local, std::span<const std::uint64_t> src_ids,
+                                const KvLayout& remote, std::span<const std::uint64_t> dst_ids, std::uint64_t tag) {
+  put_batch_notify(peer, local.segments_to(remote, src_ids, dst_ids, "src_ids", "dst_ids"), tag);
+}
+
 void Session::ctrl_send(std::uint32_t peer, std::uint64_t tag) {
   forbid_loop_thread(*loop_, "ctrl_send");
   wait_op(*loop_, wait_budget(options()), "ctrl_send",
