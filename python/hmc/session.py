@@ -460,6 +460,17 @@ class Session(ReferenceSession):
         op = self._core.ctrl_recv(self._rank(peer), timeout, self._notify)
         return self._finish(op, (self.timeout if timeout is None else timeout) + 1.0, op.result)
 
+    def wait_notify(self, peer, tag, count=1, timeout=None):
+        """Returns once `count` tags equal to `tag` (an int) arrived from peer: the notify of
+        put/put_batch/put_blocks(..., notify=tag), or a ctrl_send, each after the bytes it announces.
+        They are taken out of ctrl_recv's order; tags already received count; many waits may be
+        pending. hmc.TimeoutError after timeout seconds (what it counted goes to the next wait for
+        that tag); hmc.PeerLostError once the peer is gone and not enough arrived."""
+        timeout, tag = _args.timeout(timeout), _args.integer(tag, "tag")
+        count = _args.integer(count, "count", minimum=1, maximum=1 << 32)
+        op = self._core.wait_notify(self._rank(peer), tag, count, timeout, self._notify)
+        return self._finish(op, (self.timeout if timeout is None else timeout) + 1.0)
+
     # -- internals ------------------------------------------------------------------------------------
     def _rank(self, peer, port=None, wait=True):
         """The one place reference addressing (rank, 'ip', 'ip:port', (ip, port)) becomes a rank.

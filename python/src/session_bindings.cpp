@@ -128,6 +128,7 @@ void bind_session(py::module_& m) {
       .def("register", &SessionHandle::register_memory)
       .def("ctrl_send", &SessionHandle::ctrl_send)
       .def("ctrl_recv", &SessionHandle::ctrl_recv)
+      .def("wait_notify", &SessionHandle::wait_notify)
       .def("completion_fd", &SessionHandle::completion_fd)
       .def("wakeup_fd", &SessionHandle::wakeup_fd)
       .def("progress", &SessionHandle::progress, py::arg("soon") = false)

@@ -198,6 +198,14 @@ Op SessionHandle::ctrl_recv(std::uint32_t rank, Seconds timeout, bool notify) {
   return op;
 }
 
+Op SessionHandle::wait_notify(std::uint32_t rank, std::uint64_t tag, std::uint64_t count, Seconds timeout,
+                              bool notify) {
+  const auto t = to_ms(timeout, use()->options().timeout, "timeout");
+  return submit(notify, py::none(), nullptr, [=](Session& s, const std::shared_ptr<OpCompletion>& c) {
+    s.async_wait_notify(rank, tag, count, t, completer(c));
+  });
+}
+
 std::size_t SessionHandle::write(py::handle obj, std::size_t offset) {
   BufferView v(obj, false, "buffer put");
   SessionCall s = use();

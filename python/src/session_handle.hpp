@@ -89,6 +89,7 @@ class SessionHandle {
                            std::size_t n, py::object tag, bool notify);
   Op ctrl_send(std::uint32_t rank, py::object value, bool notify);
   Op ctrl_recv(std::uint32_t rank, Seconds timeout, bool notify);
+  Op wait_notify(std::uint32_t rank, std::uint64_t tag, std::uint64_t count, Seconds timeout, bool notify);
 
   // The fast path of put_remote / get_remote (fast_call.cpp): arguments as Python passed them,
   // used only when each is plain; otherwise nothing is sent and the general path runs.

@@ -192,3 +192,50 @@ def test_torch_cpu_tensors_are_id_arrays(tmp_path):
         for r in range(4):
             for i in range(8):
                 assert server.buf.get_bytes(at(lo, r, 8 + i), BLOCK) == block(r, i, seed=4)
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_wait_notify_takes_its_tag_out_of_order_and_counts(tmp_path, tls):
+    with pair(tmp_path, tls) as (server, client):
+        lo, ro = local_layout(), remote_layout()
+        fill(client, lo, seed=5)
+        for k in range(4):  # request k: blocks 16k .. 16k + 15, announced by tag 100 + k
+            client.ctrl_send(0, 9000 + k)
+            ids = np.arange(16 * k, 16 * k + 16)
+            client.put_blocks(0, lo, ids, ids, remote_layout=ro, notify=100 + k)
+        for k in reversed(range(4)):
+            server.wait_notify(1, 100 + k, timeout=20)
+            for r in range(4):
+                for i in range(16 * k, 16 * k + 16):
+                    assert server.buf.get_bytes(at(ro, r, i), BLOCK) == block(r, i, seed=5), (k, r, i)
+        assert [server.ctrl_recv(1, timeout=20) for _ in range(4)] == [9000, 9001, 9002, 9003]
+        for _ in range(3):
+            client.put_batch(0, [(0, 0, 8)], notify=7)
+        server.wait_notify(1, 7, count=3, timeout=20)
+        with pytest.raises(hmc.TimeoutError):
+            server.wait_notify(1, 7, timeout=0.1)
+        for bad in (dict(tag=-1), dict(tag=2 ** 64), dict(tag="7"), dict(tag=7, count=0), dict(tag=7, count=1.5)):
+            with pytest.raises(hmc.InvalidArgumentError):
+                server.wait_notify(1, timeout=1, **bad)
+
+
+def test_asyncio_waits_many_notifies_at_once_and_a_lost_peer_fails_them(tmp_path):
+    async def main():
+        server = hmc.create_session(**kwargs(tmp_path, "shm"))
+        server.init_server("127.0.0.1", 0)
+        async with hmc.AsyncSession(**kwargs(tmp_path, "shm")) as client:
+            await client.connect("127.0.0.1", server.ctrl_port)
+            waits = [asyncio.ensure_future(client.wait_notify(0, t, timeout=20)) for t in range(100)]
+            await asyncio.sleep(0)
+            order = [int(t) for t in np.random.default_rng(5).permutation(100)]
+            # From another thread: the blocking server must not stall the loop that drives the client.
+            await asyncio.get_running_loop().run_in_executor(None, lambda: [server.ctrl_send(1, t) for t in order])
+            await asyncio.gather(*waits)
+            pending = [asyncio.ensure_future(client.wait_notify(0, 5000 + t, timeout=20)) for t in range(10)]
+            await asyncio.sleep(0.05)
+            await asyncio.get_running_loop().run_in_executor(None, server.close)
+            for p in pending:
+                with pytest.raises(hmc.PeerLostError):
+                    await p
+
+    asyncio.run(main())

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <future>
 #include <string>
+#include <vector>
 
 #include "hmc/runtime/async_queue.hpp"
 #include "hmc/runtime/event_loop.hpp"
@@ -47,6 +48,17 @@ TEST_F(AsyncQueueTest, AwaitableGetsBufferedItemsInOrder) {
     co_return first + second;
   }());
   EXPECT_EQ(got, "ab");
+}
+
+TEST_F(AsyncQueueTest, TakeIfRemovesMatchesUpToItsLimitAndTheRestKeepTheirOrder) {
+  Queue q(loop.executor());
+  for (const char* v : {"a", "x1", "b", "x2", "x3", "c"}) push(q, v);
+  std::promise<std::vector<std::string>> taken;
+  loop.submit([&] { taken.set_value(q.take_if([](const std::string& v) { return v[0] == 'x'; }, 2)); });
+  EXPECT_EQ(taken.get_future().get(), (std::vector<std::string>{"x1", "x2"}));
+  std::string rest;
+  for (int i = 0; i < 4; ++i) rest += q.async_pop(1s, asio::use_future).get();
+  EXPECT_EQ(rest, "abx3c");
 }
 
 TEST_F(AsyncQueueTest, WaitersAreServedFirstComeFirstServed) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -192,6 +193,67 @@ TEST_P(KvBlocks, AnIdPastEitherLayoutSendsNothing) {
   const KvLayout beyond({{(2u << 20) - kBlock, kBlock, 2, 0}});
   EXPECT_THROW(client->put_blocks(0, KvLayout({{0, kBlock, 2, 0}}), good, beyond, std::vector<std::uint64_t>{1}),
                OutOfRangeError);
+}
+
+// Receivers wait for their transfer's tag out of order, while other messages keep their order for
+// ctrl_recv; every block is there when its wait completes.
+TEST_P(KvBlocks, WaitNotifyTakesItsTagOutOfOrderAndLeavesTheRestToCtrlRecv) {
+  const KvLayout l = local_layout(), r = remote_layout();
+  constexpr std::uint64_t kRequests = 4;  // request k moves blocks [16k, 16k + 16) of every region
+  for (std::size_t region = 0; region < 4; ++region)
+    for (std::uint64_t id = 0; id < kBlocks; ++id) fill(client->buffer(), at(l, region, id), kBlock, 500 + id);
+  for (std::uint64_t k = 0; k < kRequests; ++k) {
+    std::vector<std::uint64_t> ids(16);
+    std::iota(ids.begin(), ids.end(), 16 * k);
+    client->ctrl_send(0, 9000 + k);  // plain messages between the notifies
+    client->put_blocks_notify(0, l, ids, r, ids, 100 + k);
+  }
+  for (std::uint64_t k = kRequests; k-- > 0;) {  // newest first
+    server->wait_notify(1, 100 + k, 1, 20s);
+    for (std::size_t region = 0; region < 4; ++region)
+      for (std::uint64_t id = 16 * k; id < 16 * k + 16; ++id)
+        ASSERT_TRUE(holds(server->buffer(), at(r, region, id), kBlock, 500 + id)) << k << " " << region << " " << id;
+  }
+  for (std::uint64_t k = 0; k < kRequests; ++k) EXPECT_EQ(server->ctrl_recv(1, 20s), 9000 + k);
+}
+
+// A counter: one wait for N tags completes once all N arrived, some of them before it began.
+TEST_P(KvBlocks, WaitNotifyCountsTagsThatArrivedBeforeAndAfterItBegan) {
+  const KvLayout l = local_layout(), r = remote_layout();
+  std::vector<std::uint64_t> ids(kBlocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int i = 0; i < 3; ++i) client->put_blocks_notify(0, l, ids, r, ids, 7);
+  auto waited = server->async_wait_notify(1, 7, 8, 20s, asio::use_future);
+  EXPECT_EQ(waited.wait_for(200ms), std::future_status::timeout) << "3 of 8 tags completed it";
+  for (int i = 0; i < 5; ++i) client->put_blocks_notify(0, l, ids, r, ids, 7);
+  EXPECT_EQ(waited.wait_for(20s), std::future_status::ready);
+  waited.get();
+  // A wait that timed out keeps what it counted for the next wait on its tag.
+  client->ctrl_send(0, 11);
+  EXPECT_THROW(server->wait_notify(1, 11, 2, 100ms), TimeoutError);
+  server->wait_notify(1, 11, 1, 20s);
+  EXPECT_THROW(server->wait_notify(1, 11, 0, 20s), InvalidArgumentError);
+  client->ctrl_send(0, 12);
+  EXPECT_EQ(server->ctrl_recv(1, 20s), 12u) << "a counted tag reached ctrl_recv";
+}
+
+// Many waits outstanding at once, completed in whatever order their tags come; one past the
+// bound is refused, and a lost peer fails the rest.
+TEST_P(KvBlocks, ManyWaitsAreOutstandingBoundedAndFailWhenThePeerIsLost) {
+  constexpr std::uint64_t kWaits = 200;
+  std::vector<std::future<void>> waits;
+  for (std::uint64_t t = 0; t < kWaits; ++t) waits.push_back(server->async_wait_notify(1, t, 1, 20s, asio::use_future));
+  std::vector<std::uint64_t> order(kWaits);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(11);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (std::uint64_t t : order) client->ctrl_send(0, t);
+  for (auto& w : waits) EXPECT_NO_THROW(w.get());
+  waits.clear();
+  for (std::size_t i = 0; i < 4096; ++i) waits.push_back(server->async_wait_notify(1, 77, 1, 20s, asio::use_future));
+  EXPECT_THROW(server->wait_notify(1, 78, 1, 20s), InvalidArgumentError);
+  client.reset();  // the peer goes away
+  for (auto& w : waits) EXPECT_THROW(w.get(), PeerLostError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, KvBlocks, ::testing::Values("shm", "tcp"),

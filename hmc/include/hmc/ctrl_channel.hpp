@@ -99,6 +99,20 @@ class CtrlChannel {
         [impl = impl_, rank, timeout](recv_handler h) mutable { start_recv(impl, rank, timeout, std::move(h)); });
   }
 
+  // Completes once `count` tags equal to `tag` arrived from `rank`, taking them out of the inbox's
+  // order (ctrl_recv never sees them); tags already received count. The oldest wait for a tag is
+  // served first. TimeoutError after `timeout` (the tags it counted go to the next wait for that
+  // tag), PeerLostError once the peer is gone and not enough arrived, InvalidArgumentError for a
+  // count of 0 or more than NotifyWaits::kMaxWaits pending waits on one peer.
+  template <class Token>
+  auto async_wait_tag(std::uint32_t rank, std::uint64_t tag, std::uint64_t count, std::chrono::milliseconds timeout,
+                      Token&& token) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token), [impl = impl_, rank, tag, count, timeout](asio_handler h) mutable {
+          start_wait_tag(impl, rank, tag, count, timeout, std::move(h));
+        });
+  }
+
   // Hands a message that arrived by another path (the Session's UCX fast path) to rank's inbox,
   // behind everything already received from it. Dropped when rank is not connected. That path
   // cannot be paused: false when the inbox already holds twice its budget (or all inboxes twice
@@ -132,6 +146,8 @@ class CtrlChannel {
                          asio_handler h);
   static void start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
                          std::chrono::milliseconds timeout, recv_handler h);
+  static void start_wait_tag(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
+                             std::uint64_t tag, std::uint64_t count, std::chrono::milliseconds timeout, asio_handler h);
 
   runtime::EventLoop& loop_;
   std::shared_ptr<detail::CtrlChannelImpl> impl_;

@@ -319,6 +319,21 @@ class Session {
   void ctrl_send(std::uint32_t peer, std::uint64_t tag);
   std::uint64_t ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout);
 
+  // Completes once `count` tags equal to `tag` arrived from `peer` (the notify of put_notify,
+  // put_batch_notify, put_blocks_notify, or a ctrl_send), each after the bytes it announces. They
+  // are taken out of ctrl_recv's order; tags already received count; many waits may be pending
+  // (at most 4096 per peer). TimeoutError after `timeout` (what it counted goes to the next wait
+  // for that tag), PeerLostError once the peer is gone and not enough arrived.
+  template <class Token = default_token>
+  auto async_wait_notify(std::uint32_t peer, std::uint64_t tag, std::uint64_t count, std::chrono::milliseconds timeout,
+                         Token&& token = default_token{}) {
+    return runtime::async_on_loop<void(std::exception_ptr)>(
+        executor(), std::forward<Token>(token), [impl = impl_, peer, tag, count, timeout](handler h) mutable {
+          start_wait_notify(impl, peer, tag, count, timeout, std::move(h));
+        });
+  }
+  void wait_notify(std::uint32_t peer, std::uint64_t tag, std::uint64_t count, std::chrono::milliseconds timeout);
+
   // ProgressThread::caller (or shared): runs the handlers that are ready and progresses the transport once,
   // never blocking; returns the handlers run (0 also while another thread drives). No-op with own thread.
   // With `stop`: returns as soon as stop() holds after a handler (e.g. once the awaited operation is
@@ -383,6 +398,8 @@ class Session {
   static void start_ctrl_send(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, CtrlMessage m,
                               handler h);
   static void start_close(const std::shared_ptr<detail::SessionImpl>& impl, handler h);
+  static void start_wait_notify(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, std::uint64_t tag,
+                                std::uint64_t count, std::chrono::milliseconds timeout, handler h);
   static void start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer,
                               std::chrono::milliseconds timeout,
                               runtime::asio::any_completion_handler<void(std::exception_ptr, CtrlMessage)> h);

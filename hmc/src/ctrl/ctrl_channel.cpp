@@ -156,4 +156,39 @@ void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& imp
       }));
 }
 
+void CtrlChannel::start_wait_tag(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
+                                 std::uint64_t tag, std::uint64_t count, std::chrono::milliseconds timeout,
+                                 asio_handler h) {
+  const std::string what = "wait_notify for tag " + std::to_string(tag) + " from rank " + std::to_string(rank);
+  if (impl->closed) return impl->complete(std::move(h), make_error_code(Status::CLOSED), what);
+  if (count == 0) return impl->complete(std::move(h), make_error_code(Status::INVALID_ARGUMENT), what + ": count 0");
+  auto& slot_ref = impl->peers[rank];
+  if (!slot_ref) slot_ref = impl->new_peer();  // wait for rank to connect
+  detail::CtrlChannelImpl::Peer& p = *slot_ref;
+  std::vector<CtrlMessage> taken =
+      p.inbox.take_if([tag](const CtrlMessage& m) { return m.kind() == CtrlKind::tag && m.tag() == tag; },
+                      p.notify_waits.wanted(tag, count));
+  for (const CtrlMessage& m : taken) impl->drained(p, detail::inbox_cost(m));
+  std::weak_ptr<detail::CtrlChannelImpl::Peer> weak_peer = slot_ref;
+  p.notify_waits.wait(tag, count, taken.size(), timeout,
+                      [impl, weak_peer, rank, what, h = std::move(h)](runtime::error_code ec) mutable {
+                        std::string context = what;
+                        if (auto peer = weak_peer.lock()) {
+                          if (ec == make_error_code(Status::PEER_LOST) && !peer->lost_why.empty()) {
+                            context += " (its connection ended: " + peer->lost_why + ")";
+                          } else if (ec == make_error_code(Status::INVALID_ARGUMENT)) {
+                            context += ": " + std::to_string(detail::NotifyWaits::kMaxWaits) +
+                                       " waits already pending on this peer";
+                          } else if (!peer->ever_connected && ec == runtime::asio::error::timed_out) {
+                            context += " (rank " + std::to_string(rank) + " never connected)";
+                            auto it = impl->peers.find(rank);
+                            if (peer->inbox.waiters() == 0 && peer->notify_waits.size() == 0 &&
+                                it != impl->peers.end() && it->second == peer)
+                              impl->peers.erase(it);
+                          }
+                        }
+                        impl->complete(std::move(h), ec, context);
+                      });
+}
+
 }  // namespace hmc

@@ -65,6 +65,7 @@ void CtrlChannelImpl::add_peer(std::uint32_t rank, const std::shared_ptr<CtrlCon
         p->lost_why = why;
         p->conn.reset();
         p->inbox.close(make_error_code(Status::PEER_LOST));
+        p->notify_waits.close(make_error_code(Status::PEER_LOST));
         auto self = weak_self.lock();
         if (!self) return;
         self->connected.reset(rank);
@@ -83,7 +84,8 @@ void CtrlChannelImpl::forget_old_losses(std::uint32_t just_lost) {
   while (losses.size() > opts.max_connections) {
     auto it = peers.find(losses.front());
     losses.pop_front();
-    if (it != peers.end() && !it->second->conn && it->second->inbox.size() == 0 && it->second->inbox.waiters() == 0)
+    if (it != peers.end() && !it->second->conn && it->second->inbox.size() == 0 && it->second->inbox.waiters() == 0 &&
+        it->second->notify_waits.size() == 0)
       peers.erase(it);
   }
 }
@@ -108,7 +110,10 @@ void CtrlChannelImpl::close_all() {
   reserved.clear();
   for (auto& [rank, peer] : peers) {
     if (peer->conn) peer->conn->close(make_error_code(Status::CLOSED), "channel closed");
-    if (!peer->ever_connected) peer->inbox.close(make_error_code(Status::CLOSED));
+    if (!peer->ever_connected) {
+      peer->inbox.close(make_error_code(Status::CLOSED));
+      peer->notify_waits.close(make_error_code(Status::CLOSED));
+    }
   }
   connected.close(make_error_code(Status::CLOSED));
 }

@@ -15,6 +15,7 @@
 #include "ctrl/ctrl_handshake.hpp"
 #include "ctrl/ctrl_tls.hpp"
 #include "ctrl/handshake_deadline.hpp"
+#include "ctrl/notify_waits.hpp"
 #include "hmc/ctrl_channel.hpp"
 #include "hmc/runtime/async_queue.hpp"
 #include "hmc/runtime/async_ready_set.hpp"
@@ -50,13 +51,15 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   CtrlChannelImpl(runtime::EventLoop& l, std::uint32_t rank, CtrlOptions o);
 
   struct Peer {
-    Peer(runtime::loop_executor e, std::shared_ptr<std::size_t> total) : inbox(e), inbox_total(std::move(total)) {}
+    Peer(runtime::loop_executor e, std::shared_ptr<std::size_t> total)
+        : inbox(e), notify_waits(e), inbox_total(std::move(total)) {}
     Peer(const Peer&) = delete;
     Peer& operator=(const Peer&) = delete;
     // Whatever it still holds leaves the total with it, however the peer goes.
     ~Peer() { *inbox_total -= std::min(*inbox_total, inbox_bytes); }
     std::shared_ptr<CtrlConnection> conn;  // null before the rank first connected and after it is lost
     runtime::AsyncQueue<CtrlMessage> inbox;
+    NotifyWaits notify_waits;                  // wait_notify: tags it asks for skip the inbox
     std::shared_ptr<std::size_t> inbox_total;  // the channel's sum of inbox_bytes, for total_inbox_budget
     std::size_t inbox_bytes = 0;               // what inbox holds (or hands to a waiter), for inbox_budget
     bool ever_connected = false;               // false: a placeholder made by a receive that waits for the rank

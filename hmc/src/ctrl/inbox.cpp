@@ -14,6 +14,7 @@ constexpr std::size_t kMessageOverhead = 64;  // inbox cost of a message beyond 
 std::size_t inbox_cost(const CtrlMessage& m) { return m.bytes().size() + kMessageOverhead; }
 
 void CtrlChannelImpl::push_message(const std::shared_ptr<Peer>& p, CtrlMessage m) {
+  if (m.kind() == CtrlKind::tag && p->notify_waits.offer(m.tag())) return;
   const std::size_t cost = inbox_cost(m);
   p->inbox_bytes += cost;
   *inbox_total += cost;

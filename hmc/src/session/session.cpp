@@ -250,6 +250,16 @@ void Session::start_ctrl_recv(const std::shared_ptr<detail::SessionImpl>& impl, 
   impl->ctrl->async_recv(peer, timeout, std::move(h));
 }
 
+void Session::start_wait_notify(const std::shared_ptr<detail::SessionImpl>& impl, std::uint32_t peer, std::uint64_t tag,
+                                std::uint64_t count, std::chrono::milliseconds timeout, handler h) {
+  if (!impl->ctrl || impl->closed)
+    return runtime::complete_later(
+        impl->loop.executor(), std::move(h),
+        impl->closed ? std::make_exception_ptr(ClosedError("wait_notify on a closed session"))
+                     : std::make_exception_ptr(NotConnectedError("wait_notify: init_server() or connect() first")));
+  impl->ctrl->async_wait_tag(peer, tag, count, timeout, std::move(h));
+}
+
 void Session::disconnect(std::uint32_t peer) {
   loop_->call([&] { impl_->peer_down(peer, "disconnect() dropped it on this side"); });
 }

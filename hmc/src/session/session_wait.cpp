@@ -243,6 +243,13 @@ void Session::ctrl_send(std::uint32_t peer, std::uint64_t tag) {
           [&](auto done) { async_ctrl_send(peer, CtrlMessage::from_tag(tag), std::move(done)); });
 }
 
+void Session::wait_notify(std::uint32_t peer, std::uint64_t tag, std::uint64_t count,
+                          std::chrono::milliseconds timeout) {
+  forbid_loop_thread(*loop_, "wait_notify");
+  wait_op(*loop_, timeout + std::chrono::seconds(1), "wait_notify",
+          [&](auto done) { async_wait_notify(peer, tag, count, timeout, std::move(done)); });
+}
+
 std::uint64_t Session::ctrl_recv(std::uint32_t peer, std::chrono::milliseconds timeout) {
   forbid_loop_thread(*loop_, "ctrl_recv");
   // A callback, not use_future: a future would nudge the keeper although this thread drives.

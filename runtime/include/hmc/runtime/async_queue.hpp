@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "hmc/runtime/async_op.hpp"
 
@@ -27,6 +28,23 @@ class AsyncQueue {
 
   // Buffered items still pop; after them every pop fails with `reason`. Loop thread only.
   void close(error_code reason) { state_->close(reason); }
+
+  // Removes up to `max` buffered items that `pred` accepts, oldest first, and returns them; the
+  // others keep their order. Loop thread only.
+  template <class Pred>
+  std::vector<T> take_if(Pred pred, std::size_t max) {
+    std::vector<T> out;
+    auto& items = state_->items;
+    for (auto it = items.begin(); it != items.end() && out.size() < max;) {
+      if (pred(*it)) {
+        out.push_back(std::move(*it));
+        it = items.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
 
   bool closed() const noexcept { return state_->reason.has_value(); }
   std::size_t size() const noexcept { return state_->items.size(); }
