@@ -78,7 +78,8 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     std::shared_ptr<CtrlConnection> conn;
     std::uint32_t server_rank = 0;
     std::uint32_t my_rank = 0;
-    bool busy = false;  // the server refused for load (REJECT busy): worth asking again
+    bool busy = false;     // the server refused for load (REJECT busy): worth asking again
+    bool refused = false;  // every try was refused until the deadline: nothing listens there
   };
 
   // The result of a client handshake on one connection.

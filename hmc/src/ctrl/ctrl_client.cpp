@@ -107,6 +107,7 @@ asio::awaitable<CtrlChannelImpl::ConnectResult> CtrlChannelImpl::dial(std::strin
     co_return r;
   }
   std::shared_ptr<CtrlConnection> conn;
+  bool saw_refusal = false;
   // A refused connection is retried until the deadline: jobs start their processes together and
   // the server may not listen yet. Backoff 20 ms doubling to 500 ms; nothing else is retried.
   for (auto backoff = std::chrono::milliseconds(20);; backoff = std::min(backoff * 2, std::chrono::milliseconds(500))) {
@@ -123,14 +124,18 @@ asio::awaitable<CtrlChannelImpl::ConnectResult> CtrlChannelImpl::dial(std::strin
       c->close(r.ec, "connect failed");
     }
     if (conn || r.ec != asio::error::connection_refused || closed) break;
+    saw_refusal = true;
     if (clock::now() + backoff >= attempt.deadline.when()) break;
     asio::steady_timer pause(ex, backoff);
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, r.ec));
     r.ec = asio::error::connection_refused;
   }
   if (!conn) {
+    // The deadline may cut the last try short: refusals until then still mean nothing listens.
+    r.refused = r.ec == asio::error::connection_refused || (saw_refusal && attempt.deadline.expired());
+    if (r.refused) r.ec = asio::error::connection_refused;
     r.why = "cannot connect to " + where + ": " + (r.ec ? r.ec.message() : "no address");
-    if (r.ec == asio::error::connection_refused)
+    if (r.refused)
       r.why += " until the timeout of " + ms(attempt.timeout) +
                " (nothing listens there: is the peer running, and is this its control port?)";
     r.ec = make_error_code(Status::NOT_CONNECTED);
@@ -257,7 +262,8 @@ asio::awaitable<void> CtrlChannelImpl::connect(std::string host, std::uint16_t p
     co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
     c = co_await dial(host, port, attempt);
   }
-  if (attempt.deadline.expired()) {
+  // Refused until the deadline stays NotConnectedError, however late the last refusal came.
+  if (attempt.deadline.expired() && !c.refused) {
     c.ec = make_error_code(Status::TIMEOUT);
     c.why = "no answer within " + ms(timeout);
   }
