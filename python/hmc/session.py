@@ -362,19 +362,23 @@ class Session(ReferenceSession):
         return self._finish(self._batch_op(False, peer, segments, conn), timeout)
 
     def put_blocks(self, peer, layout, src_ids, dst_ids, remote_layout=None, conn=ConnType.UCX, timeout=None, *,
-                   notify=None):
-        """Blocks src_ids[i] of layout (an hmc.KvLayout of this session's buffer) to blocks dst_ids[i]
-        of the peer's remote_layout (default: layout), in every region, as one batch. Ids: 1-D integer
-        arrays (NumPy, CPU torch tensors) or lists. An id past either layout is an InvalidArgumentError
-        naming it, and nothing is sent. notify: as put_batch's."""
+                   notify=None, memory=None):
+        """Blocks src_ids[i] of layout (an hmc.KvLayout of this session's buffer, or of `memory`, a
+        RegisteredBuffer: a KV cache in a registered tensor, sent zero-copy) to blocks dst_ids[i] of the
+        peer's remote_layout (default: layout) in its session buffer, in every region, as one batch.
+        Ids: 1-D integer arrays (NumPy, CPU torch tensors) or lists. An id past either layout is an
+        InvalidArgumentError naming it, and nothing is sent. notify: as put_batch's."""
         timeout = _args.timeout(timeout)
-        return self._finish(self._blocks_op(True, peer, layout, src_ids, dst_ids, remote_layout, conn, notify), timeout)
+        op = self._blocks_op(True, peer, layout, src_ids, dst_ids, remote_layout, conn, memory, notify)
+        return self._finish(op, timeout)
 
-    def get_blocks(self, peer, layout, src_ids, dst_ids, remote_layout=None, conn=ConnType.UCX, timeout=None):
+    def get_blocks(self, peer, layout, src_ids, dst_ids, remote_layout=None, conn=ConnType.UCX, timeout=None, *,
+                   memory=None):
         """The peer's blocks src_ids[i] of remote_layout (default: layout) into blocks dst_ids[i] of
-        layout, in every region, as one batch."""
+        layout (in this session's buffer, or in `memory`, a RegisteredBuffer), in every region, as one
+        batch."""
         timeout = _args.timeout(timeout)
-        return self._finish(self._blocks_op(False, peer, layout, src_ids, dst_ids, remote_layout, conn), timeout)
+        return self._finish(self._blocks_op(False, peer, layout, src_ids, dst_ids, remote_layout, conn, memory), timeout)
 
     def exchange_layout(self, peer, layout, timeout=None):
         """Sends layout to peer and returns the peer's (an hmc.KvLayout). Both sides call it, as their
@@ -522,12 +526,15 @@ class Session(ReferenceSession):
                          _args.offset(seg[1], f"segments[{i}] remote_off"), _args.size(seg[2], f"segments[{i}] nbytes")))
         return self._core.batch(is_put, self._rank(peer), segs, self._notify, tag)
 
-    def _blocks_op(self, is_put, peer, layout, src_ids, dst_ids, remote_layout, conn, tag=None):
+    def _blocks_op(self, is_put, peer, layout, src_ids, dst_ids, remote_layout, conn, memory, tag=None):
         _args.data_conn(conn, self._session_conn)
         layout = _args.kv_layout(layout, "layout")
         remote = layout if remote_layout is None else _args.kv_layout(remote_layout, "remote_layout")
         src, dst = _args.block_ids(src_ids, "src_ids"), _args.block_ids(dst_ids, "dst_ids")
-        return self._core.blocks(is_put, self._rank(peer), layout, src, remote, dst, self._notify, tag)
+        if memory is not None and not isinstance(memory, RegisteredBuffer):
+            raise InvalidArgumentError(f"memory must be a RegisteredBuffer (Session.register), not {type(memory).__name__}")
+        reg = None if memory is None else memory._reg
+        return self._core.blocks(is_put, self._rank(peer), layout, src, remote, dst, reg, self._notify, tag)
 
     def _pipeline_op(self, is_put, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn):
         _args.data_conn(conn, self._session_conn)

@@ -92,14 +92,31 @@ Op SessionHandle::batch_array(bool is_put, std::uint32_t rank, const py::buffer&
 }
 
 Op SessionHandle::blocks(bool is_put, std::uint32_t rank, const KvLayout& local, const py::buffer& src_ids,
-                         const KvLayout& remote, const py::buffer& dst_ids, bool notify, py::object tag) {
+                         const KvLayout& remote, const py::buffer& dst_ids, const py::object& mem, bool notify,
+                         py::object tag) {
   const std::vector<std::uint64_t> src = ids_from_array(src_ids, "src_ids");
   const std::vector<std::uint64_t> dst = ids_from_array(dst_ids, "dst_ids");
-  // A put's sources are local blocks, a get's are the peer's.
-  return batch_of(is_put, rank,
-                  is_put ? local.segments_to(remote, src, dst, "src_ids", "dst_ids")
-                         : local.segments_to(remote, dst, src, "dst_ids", "src_ids"),
-                  notify, tag);
+  if (mem.is_none()) {
+    // A put's sources are local blocks, a get's are the peer's.
+    return batch_of(is_put, rank,
+                    is_put ? local.segments_to(remote, src, dst, "src_ids", "dst_ids")
+                           : local.segments_to(remote, dst, src, "dst_ids", "src_ids"),
+                    notify, tag);
+  }
+  std::shared_ptr<RegHolder> holder = mem.cast<const Registered&>().holder();
+  // The ids are checked here, on the caller's thread: a bad one raises before anything is submitted.
+  (void)(is_put ? local.segments_to(remote, src, dst, "src_ids", "dst_ids")
+                : local.segments_to(remote, dst, src, "dst_ids", "src_ids"));
+  std::optional<CtrlMessage> m;
+  if (!tag.is_none()) m = message_of(tag, "notify");
+  return submit(notify, py::none(), holder,
+                [=, m = std::move(m)](Session& s, const std::shared_ptr<OpCompletion>& c) mutable {
+                  if (m)
+                    return s.async_put_blocks_from_notify(holder->memory, rank, local, src, remote, dst, std::move(*m),
+                                                          completer(c));
+                  is_put ? s.async_put_blocks_from(holder->memory, rank, local, src, remote, dst, completer(c))
+                         : s.async_get_blocks_into(holder->memory, rank, local, src, remote, dst, completer(c));
+                });
 }
 
 Op SessionHandle::batch_of(bool is_put, std::uint32_t rank, std::vector<Segment> segs, bool notify,

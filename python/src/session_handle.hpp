@@ -76,8 +76,9 @@ class SessionHandle {
   // The same for an (N, 3) integer array: read in C++, no Python object per segment.
   Op batch_array(bool is_put, std::uint32_t rank, const py::buffer& segs, bool notify, py::object tag);
   // Blocks by id between two KV layouts (1-D integer arrays of ids); `tag` as for batch.
+  // `mem`: None (the session buffer) or a Registered holding the local side's layout.
   Op blocks(bool is_put, std::uint32_t rank, const KvLayout& local, const py::buffer& src_ids, const KvLayout& remote,
-            const py::buffer& dst_ids, bool notify, py::object tag);
+            const py::buffer& dst_ids, const py::object& mem, bool notify, py::object tag);
   Op pipeline(bool is_put, std::uint32_t rank, std::size_t local, std::size_t remote, std::size_t n, std::size_t chunk,
               std::size_t window, bool notify);
   Op registered(bool is_put, const Registered& reg, std::size_t off, std::uint32_t rank, std::size_t remote,

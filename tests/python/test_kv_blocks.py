@@ -239,3 +239,35 @@ def test_asyncio_waits_many_notifies_at_once_and_a_lost_peer_fails_them(tmp_path
                     await p
 
     asyncio.run(main())
+
+
+def test_a_kv_cache_in_a_registered_tensor_moves_zero_copy(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    with pair(tmp_path, "shm") as (server, client):
+        cache = torch.empty((4, BLOCKS, BLOCK), dtype=torch.uint8)  # regions x blocks x bytes
+        for r in range(4):
+            for i in range(BLOCKS):
+                cache[r, i] = torch.frombuffer(bytearray(block(r, i, seed=3)), dtype=torch.uint8)
+        reg = client.register(cache)
+        in_cache = hmc.KvLayout([(r * BLOCKS * BLOCK, BLOCK, BLOCKS) for r in range(4)])  # offsets into `cache`
+        ro = remote_layout()
+        src, dst = np.array([9, 3, 40]), np.array([0, 63, 17])
+        client.put_blocks(0, in_cache, src, dst, remote_layout=ro, memory=reg, notify=5)
+        server.wait_notify(1, 5, timeout=20)
+        for r in range(4):
+            for s, d in zip(src, dst):
+                assert server.buf.get_bytes(at(ro, r, d), BLOCK) == block(r, s, seed=3), (r, s, d)
+        client.get_blocks(0, in_cache, dst, [60, 61, 62], remote_layout=ro, memory=reg)
+        for r in range(4):
+            for s, b in zip(src, (60, 61, 62)):
+                assert bytes(cache[r, b].numpy()) == block(r, s, seed=3), (r, s, b)
+        with pytest.raises(hmc.OutOfRangeError):  # the layout runs past the registered tensor
+            client.put_blocks(0, hmc.KvLayout([(r * BLOCKS * BLOCK, BLOCK, BLOCKS + 1) for r in range(4)]), [BLOCKS],
+                              [0], remote_layout=ro, memory=reg)
+        with pytest.raises(hmc.InvalidArgumentError):
+            client.put_blocks(0, in_cache, [0], [0], remote_layout=ro, memory=cache)
+        with pytest.raises(hmc.InvalidArgumentError, match=r"src_ids\[0\] = 64"):
+            client.put_blocks(0, in_cache, [BLOCKS], [0], remote_layout=ro, memory=reg)
+        reg.release()
+        with pytest.raises(hmc.HMCError):
+            client.put_blocks(0, in_cache, [0], [0], remote_layout=ro, memory=reg)

@@ -195,6 +195,38 @@ TEST_P(KvBlocks, AnIdPastEitherLayoutSendsNothing) {
                OutOfRangeError);
 }
 
+// A KV cache in registered user memory moves zero-copy: the layout's offsets are into that memory.
+TEST_P(KvBlocks, BlocksOfRegisteredMemoryMoveBothWays) {
+  const KvLayout l = local_layout(), r = remote_layout();
+  std::vector<std::byte> cache(4 * kBlocks * kBlock);
+  for (std::size_t region = 0; region < 4; ++region)
+    for (std::uint64_t id = 0; id < kBlocks; ++id) {
+      const auto p = test::pattern(kBlock, 77 * region + id);
+      std::copy(p.begin(), p.end(), cache.begin() + static_cast<std::ptrdiff_t>(at(l, region, id)));
+    }
+  RegisteredMemory mem = client->register_memory(cache.data(), cache.size());
+  const std::vector<std::uint64_t> src = {2, 50, 7}, dst = {63, 0, 31}, back = {10, 11, 12};
+  client->async_put_blocks_from_notify(mem, 0, l, src, r, dst, CtrlMessage::from_tag(3), asio::use_future).get();
+  server->wait_notify(1, 3, 1, 20s);
+  for (std::size_t region = 0; region < 4; ++region)
+    for (std::size_t i = 0; i < src.size(); ++i)
+      EXPECT_TRUE(holds(server->buffer(), at(r, region, dst[i]), kBlock, 77 * region + src[i])) << region << " " << i;
+  client->async_get_blocks_into(mem, 0, l, dst, r, back, asio::use_future).get();
+  for (std::size_t region = 0; region < 4; ++region)
+    for (std::size_t i = 0; i < src.size(); ++i)
+      EXPECT_TRUE(std::equal(cache.begin() + static_cast<std::ptrdiff_t>(at(l, region, back[i])),
+                             cache.begin() + static_cast<std::ptrdiff_t>(at(l, region, back[i]) + kBlock),
+                             test::pattern(kBlock, 77 * region + src[i]).begin()))
+          << region << " " << i;
+  client->async_put_blocks_from(mem, 0, l, src, r, dst, asio::use_future).get();
+  const KvLayout past({{0, kBlock, kBlocks, 0},
+                       {0, kBlock, kBlocks, 0},
+                       {0, kBlock, kBlocks, 0},
+                       {4 * kBlocks * kBlock - kBlock, kBlock, 2, 0}});
+  const std::vector<std::uint64_t> one = {1};
+  EXPECT_THROW(client->async_put_blocks_from(mem, 0, past, one, r, one, asio::use_future).get(), OutOfRangeError);
+}
+
 // Receivers wait for their transfer's tag out of order, while other messages keep their order for
 // ctrl_recv; every block is there when its wait completes.
 TEST_P(KvBlocks, WaitNotifyTakesItsTagOutOfOrderAndLeavesTheRestToCtrlRecv) {

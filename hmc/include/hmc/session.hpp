@@ -265,6 +265,35 @@ class Session {
     return async_put_batch_notify(peer, local.segments_to(remote, src_ids, dst_ids, "src_ids", "dst_ids"),
                                   std::move(message), std::forward<Token>(token));
   }
+  // put_blocks, get_blocks and put_blocks_notify with `mem` (registered user memory) in place of
+  // the session buffer on this side: `local`'s offsets are offsets into it (a KV cache in a
+  // registered tensor, moved zero-copy).
+  template <class Token = default_token>
+  auto async_put_blocks_from(const RegisteredMemory& mem, std::uint32_t peer, const KvLayout& local,
+                             std::span<const std::uint64_t> src_ids, const KvLayout& remote,
+                             std::span<const std::uint64_t> dst_ids, Token&& token = default_token{}) {
+    std::vector<Segment> segments = local.segments_to(remote, src_ids, dst_ids, "src_ids", "dst_ids");
+    coalesce(segments);
+    return start_rma<Token>(true, false, peer, region_of(mem), std::move(segments), 0, 0, std::forward<Token>(token));
+  }
+  template <class Token = default_token>
+  auto async_get_blocks_into(const RegisteredMemory& mem, std::uint32_t peer, const KvLayout& local,
+                             std::span<const std::uint64_t> src_ids, const KvLayout& remote,
+                             std::span<const std::uint64_t> dst_ids, Token&& token = default_token{}) {
+    std::vector<Segment> segments = local.segments_to(remote, dst_ids, src_ids, "dst_ids", "src_ids");
+    coalesce(segments);
+    return start_rma<Token>(false, false, peer, region_of(mem), std::move(segments), 0, 0, std::forward<Token>(token));
+  }
+  template <class Token = default_token>
+  auto async_put_blocks_from_notify(const RegisteredMemory& mem, std::uint32_t peer, const KvLayout& local,
+                                    std::span<const std::uint64_t> src_ids, const KvLayout& remote,
+                                    std::span<const std::uint64_t> dst_ids, CtrlMessage message,
+                                    Token&& token = default_token{}) {
+    std::vector<Segment> segments = local.segments_to(remote, src_ids, dst_ids, "src_ids", "dst_ids");
+    coalesce(segments);
+    return start_put_notify<Token>(peer, region_of(mem), std::move(segments), std::move(message),
+                                   std::forward<Token>(token));
+  }
   // The same from registered user memory.
   template <class Token = default_token>
   auto async_put_from_notify(const RegisteredMemory& src, std::size_t src_off, std::uint32_t peer,
