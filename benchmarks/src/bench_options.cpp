@@ -29,7 +29,7 @@ std::size_t parse_size(const std::string& text) {
 
 std::string Options::usage() {
   return "usage: hmc_bench [--role loopback|server|client] [--host IP] [--port P]\n"
-         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat]\n"
+         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat,kv]\n"
          "                 [--sizes 8,64K,1M | 8:64M] [--depth N] [--peers N] [--mode adaptive|event|poll]\n"
          "                 [--progress-thread own|shared|caller] [--tls shm|tcp|hmc-tcp|...]\n"
          "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n";
@@ -92,7 +92,7 @@ Options parse_options(int argc, char** argv) {
     throw std::invalid_argument("--depth, --peers, --sizes must be > 0");
   for (const auto& t : o.tests)
     if (t != "put_bw" && t != "get_bw" && t != "put_lat" && t != "get_lat" && t != "batch" && t != "pipeline" &&
-        t != "idle" && t != "put_sync" && t != "tag_lat" && t != "notify_lat")
+        t != "idle" && t != "put_sync" && t != "tag_lat" && t != "notify_lat" && t != "kv")
       throw std::invalid_argument("unknown test '" + t + "'");
   return o;
 }

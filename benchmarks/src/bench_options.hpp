@@ -16,7 +16,7 @@ struct Options {
   std::uint16_t port = 18900;  // control port of the server
   std::vector<std::string> tests{"put_bw", "get_bw", "put_lat", "get_lat", "batch", "pipeline"};
   std::vector<std::size_t> sizes{8, 64, 512, 4096, 32768, 65536, 262144, 1u << 20, 4u << 20, 16u << 20, 64u << 20};
-  std::size_t depth = 16;   // operations in flight (bw tests), segments (batch), window (pipeline)
+  std::size_t depth = 16;   // operations in flight (bw tests), segments (batch), blocks (kv), window (pipeline)
   std::uint32_t peers = 1;  // clients started by loopback, each its own process
   runtime::ProgressMode mode = runtime::ProgressMode::adaptive;  // the Session default
   ProgressThread progress_thread = ProgressThread::own;          // the client's; servers keep their own thread

@@ -13,6 +13,9 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -31,8 +34,8 @@ namespace asio = runtime::asio;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-const char* const kTests[] = {"put_bw",   "get_bw", "put_lat",  "get_lat", "batch",
-                              "pipeline", "idle",   "put_sync", "tag_lat", "notify_lat"};
+const char* const kTests[] = {"put_bw", "get_bw",   "put_lat", "get_lat",    "batch", "pipeline",
+                              "idle",   "put_sync", "tag_lat", "notify_lat", "kv"};
 constexpr auto kIdleTime = 1s;  // the idle test: connected, nothing sent
 constexpr std::uint32_t kFinish = 99;
 constexpr std::size_t kPipelineChunk = 1u << 20;
@@ -69,7 +72,8 @@ std::uint32_t test_id(const std::string& name) {
 
 std::size_t buffer_for(const Options& o) {
   const std::size_t biggest = *std::max_element(o.sizes.begin(), o.sizes.end());
-  return std::max<std::size_t>(biggest, 1u << 20);
+  const bool kv = std::find(o.tests.begin(), o.tests.end(), "kv") != o.tests.end();
+  return std::max<std::size_t>(kv ? biggest * o.depth : biggest, 1u << 20);
 }
 
 SessionOptions session_options(const Options& o, bool client) {
@@ -135,8 +139,27 @@ long iterations(const Options& o, const std::string& test, std::size_t size) {
   if (o.iters > 0) return o.iters;
   const bool latency = latency_test(test);
   const std::size_t budget = latency ? (64u << 20) : (512u << 20);  // bytes moved per measurement
+  if (test == "kv") return std::clamp<long>(static_cast<long>(budget / (size * o.depth)), 10, 100'000);
   const long n = static_cast<long>(budget / size);
   return std::clamp<long>(n, latency ? 100 : 64, latency ? 10'000 : 100'000);
+}
+
+// kv: one region of `depth` blocks and two block tables shuffled as ucx_raw_bench scatter's (seed
+// 42), so that both move the same segments. Made outside the coroutine: GCC 12 miscompiles an
+// initializer list inside one.
+struct KvTables {
+  std::optional<KvLayout> layout;
+  std::vector<std::uint64_t> src, dst;
+};
+
+KvTables kv_tables(std::size_t size, std::size_t depth) {
+  KvTables t{KvLayout({KvRegion{0, size, depth, 0}}), std::vector<std::uint64_t>(depth), {}};
+  std::iota(t.src.begin(), t.src.end(), 0);
+  t.dst = t.src;
+  std::mt19937_64 rng(42);
+  std::shuffle(t.src.begin(), t.src.end(), rng);
+  std::shuffle(t.dst.begin(), t.dst.end(), rng);
+  return t;
 }
 
 // One lane: `n` sequential operations, each latency recorded. One clock read per operation (an
@@ -145,6 +168,7 @@ asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t pe
                            long n, std::vector<double>& lat) {
   lat.reserve(lat.size() + static_cast<std::size_t>(n));  // no reallocation while measuring
   const bool put_bw = test == "put_bw";                   // compared once, not once per operation
+  const KvTables kv = test == "kv" ? kv_tables(size, depth) : KvTables{};
   auto t0 = clock_type::now();
   for (long i = 0; i < n; ++i) {
     if (put_bw) {
@@ -162,6 +186,8 @@ asio::awaitable<void> lane(Session& s, const std::string& test, std::uint32_t pe
     } else if (test == "notify_lat") {  // put-with-notify; the peer answers the tag
       co_await put_notify(s, peer, size, static_cast<std::uint64_t>(i));
       co_await s.async_ctrl_recv(peer, 60s, asio::use_awaitable);
+    } else if (test == "kv") {
+      co_await s.async_put_blocks(peer, *kv.layout, kv.src, *kv.layout, kv.dst, asio::use_awaitable);
     } else if (test == "batch") {
       std::vector<Segment> segs(depth, Segment{0, 0, size});
       co_await s.async_put_batch(peer, std::move(segs), asio::use_awaitable);
@@ -200,7 +226,8 @@ T finish(Session& s, const Options& o, std::future<T> f) {
 Result measure(Session& s, const std::vector<Peer>& peers, const Options& o, const std::string& test,
                std::size_t size) {
   const bool latency = latency_test(test);
-  const std::size_t lanes = latency || test == "batch" || test == "pipeline" ? 1 : o.depth;
+  const bool batched = test == "batch" || test == "kv";  // one operation moves `depth` segments
+  const std::size_t lanes = latency || batched || test == "pipeline" ? 1 : o.depth;
   const long n = iterations(o, test, size);
   const long warm = o.warmup > 0 ? o.warmup : std::max<long>(n / 10, 4);
   const long per_lane = std::max<long>(n / static_cast<long>(lanes), 1);
@@ -250,11 +277,11 @@ Result measure(Session& s, const std::vector<Peer>& peers, const Options& o, con
   r.depth = lanes == 1 && !latency ? o.depth : lanes;
   r.iters = test == "idle" ? 0 : per_lane * static_cast<long>(lanes * peers.size());
   r.seconds = secs;
-  const double per_op_bytes = static_cast<double>(size) * (test == "batch" ? static_cast<double>(o.depth) : 1.0) *
-                              (test == "put_lat" ? 2.0 : 1.0);
+  const double per_op_bytes =
+      static_cast<double>(size) * (batched ? static_cast<double>(o.depth) : 1.0) * (test == "put_lat" ? 2.0 : 1.0);
   const double bytes = per_op_bytes * static_cast<double>(r.iters);
   r.bw_mbps = bytes / secs / 1e6;
-  r.msg_rate = static_cast<double>(r.iters) * (test == "batch" ? static_cast<double>(o.depth) : 1.0) / secs;
+  r.msg_rate = static_cast<double>(r.iters) * (batched ? static_cast<double>(o.depth) : 1.0) / secs;
   r.p50_us = percentile(all, 0.50);
   if (r.p50_us > 0 && test != "idle")
     r.bw_p50_mbps = per_op_bytes * static_cast<double>(test == "put_sync" ? 1 : lanes * peers.size()) / r.p50_us;
