@@ -9,11 +9,14 @@
 //   scatter --blocks puts of size bytes each, read and written at blocks a shuffled block table
 //           names, and one endpoint flush (a KV-cache batch; us per batch)
 //   contig  the same bytes as scatter in one put + flush (the ceiling scatter is measured against)
+// --segments FILE: scatter posts exactly the puts FILE lists (little-endian uint64 triples
+// local_off, remote_off, nbytes: the segments a KV layout's put_blocks makes) and one flush;
+// contig puts their total bytes in one put. --sizes and --blocks do not apply then.
 // Two processes (fork), worker addresses and rkeys over a socketpair, busy-polling progress on
 // both sides: the best case raw UCX reaches. Prints one line per (test, size): us/op p50 and
 // mean (putbw/getbw: per window), MB/s and operations/s; --json FILE writes the same rows.
 //   ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw,scatter,contig] [--iters N]
-//                 [--sizes 8,64,4096,...] [--depth D] [--blocks N] [--json FILE]
+//                 [--sizes 8,64,4096,...] [--depth D] [--blocks N] [--segments FILE] [--json FILE]
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <ucp/api/ucp.h>
@@ -57,6 +60,35 @@ std::vector<char> recv_blob(int fd) {
   return out;
 }
 
+struct Segment {
+  std::uint64_t local_off, remote_off, nbytes;
+};
+
+// --segments FILE, checked whole before anything is mapped: a bad file is an error, not a crash.
+std::vector<Segment> read_segments(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) die(("--segments: cannot open " + path).c_str());
+  const std::vector<char> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (raw.empty() || raw.size() % 24 != 0)
+    die(("--segments: " + path + " has " + std::to_string(raw.size()) +
+         " bytes; want a non-empty array of 24-byte (local_off, remote_off, nbytes) uint64 triples").c_str());
+  const auto u64 = [&](std::size_t at) {  // little-endian whatever the host
+    std::uint64_t v = 0;
+    for (int b = 7; b >= 0; --b) v = v << 8 | static_cast<unsigned char>(raw[at + static_cast<std::size_t>(b)]);
+    return v;
+  };
+  std::vector<Segment> out(raw.size() / 24);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = {u64(24 * i), u64(24 * i + 8), u64(24 * i + 16)};
+    const auto& g = out[i];
+    if (g.nbytes == 0 || g.local_off + g.nbytes < g.local_off || g.remote_off + g.nbytes < g.remote_off)
+      die(("--segments: segment " + std::to_string(i) + " (" + std::to_string(g.local_off) + ", " +
+           std::to_string(g.remote_off) + ", " + std::to_string(g.nbytes) +
+           "): nbytes must be > 0 and offset + nbytes must fit 64 bits").c_str());
+  }
+  return out;
+}
+
 struct Side {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
@@ -66,6 +98,8 @@ struct Side {
   char* buffer = nullptr;  // allocated by UCX, as HMC's session buffer (shared memory on shm)
   std::size_t buffer_size = kMinBuffer;
   std::vector<std::uint64_t> src_block, dst_block;  // the block table of scatter: a shuffle each side
+  std::vector<Segment> segments;                    // --segments: scatter's puts as given, instead of the table
+  std::uint64_t segment_bytes = 0;                  // their sum: what contig moves in one put
   std::uint64_t remote_base = 0;
   volatile unsigned pings = 0, pongs = 0;
 };
@@ -188,6 +222,11 @@ void one(Side& s, const std::string& test, std::size_t size, std::size_t depth, 
       reqs.push_back(ucp_put_nbx(s.ep, s.buffer, size, s.remote_base, s.rkey, &p));
     reqs.push_back(ucp_ep_flush_nbx(s.ep, &p));
     wait_all(s, reqs, "put window");
+  } else if (test == "scatter" && !s.segments.empty()) {
+    for (const auto& g : s.segments)
+      reqs.push_back(ucp_put_nbx(s.ep, s.buffer + g.local_off, g.nbytes, s.remote_base + g.remote_off, s.rkey, &p));
+    reqs.push_back(ucp_ep_flush_nbx(s.ep, &p));
+    wait_all(s, reqs, "scatter");
   } else if (test == "scatter") {
     for (std::size_t i = 0; i < s.src_block.size(); ++i)
       reqs.push_back(ucp_put_nbx(s.ep, s.buffer + s.src_block[i] * size, size, s.remote_base + s.dst_block[i] * size,
@@ -195,7 +234,8 @@ void one(Side& s, const std::string& test, std::size_t size, std::size_t depth, 
     reqs.push_back(ucp_ep_flush_nbx(s.ep, &p));
     wait_all(s, reqs, "scatter");
   } else if (test == "contig") {
-    wait(s, ucp_put_nbx(s.ep, s.buffer, size * s.src_block.size(), s.remote_base, s.rkey, &p), "put");
+    wait(s, ucp_put_nbx(s.ep, s.buffer, s.segments.empty() ? size * s.src_block.size() : s.segment_bytes,
+                        s.remote_base, s.rkey, &p), "put");
     wait(s, ucp_ep_flush_nbx(s.ep, &p), "flush");
   } else {  // getbw
     for (std::size_t i = 0; i < depth; ++i)
@@ -209,6 +249,7 @@ struct Row {
   std::size_t size = 0, depth = 1;
   long ops = 0;
   double p50_us = 0, mean_us = 0, seconds = 0;
+  double bytes = 0;  // moved in the measured phase (--segments: sizes differ, so not size * ops)
 };
 
 // `ops` operations (windowed tests: ops / depth windows; scatter/contig: ops batches), after a tenth
@@ -216,7 +257,7 @@ struct Row {
 Row run(Side& s, const std::string& test, std::size_t size, long ops, std::size_t depth) {
   const bool window = test == "putbw" || test == "getbw";
   const bool kv = test == "scatter" || test == "contig";
-  const std::size_t d = window ? depth : kv ? s.src_block.size() : 1;
+  const std::size_t d = window ? depth : kv ? (s.segments.empty() ? s.src_block.size() : s.segments.size()) : 1;
   const long rounds = kv ? ops : std::max<long>(ops / static_cast<long>(d), 1);  // kv: ops counts batches
   std::vector<ucs_status_ptr_t> reqs;
   reqs.reserve(d + 1);
@@ -230,7 +271,9 @@ Row run(Side& s, const std::string& test, std::size_t size, long ops, std::size_
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   Row r{test, size, d, rounds * static_cast<long>(d), 0, 0,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        kv && !s.segments.empty() ? static_cast<double>(s.segment_bytes) * static_cast<double>(rounds)
+                                  : static_cast<double>(size) * static_cast<double>(rounds * static_cast<long>(d))};
   double sum = 0;
   for (double v : us) sum += v;
   r.mean_us = sum / static_cast<double>(us.size());
@@ -244,13 +287,13 @@ void write_json(const std::string& path, const std::string& tls, const std::vect
   f << "{\"meta\": {\"impl\": \"ucx-raw\", \"tls\": \"" << tls << "\"},\n \"results\": [\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    const double bytes = static_cast<double>(r.size) * static_cast<double>(r.ops);
+    const double bytes = r.bytes;
     f << "  {\"test\": \"" << r.test << "\", \"size\": " << r.size << ", \"depth\": " << r.depth
       << ", \"iters\": " << r.ops << ", \"seconds\": " << r.seconds << ", \"lat_p50_us\": " << r.p50_us
       << ", \"lat_mean_us\": " << r.mean_us << ", \"bw_mbps\": " << bytes / r.seconds / 1e6
       << ", \"msg_rate\": " << static_cast<double>(r.ops) / r.seconds
       // from the median operation (window): what the machine does when this process is not preempted
-      << ", \"bw_p50_mbps\": " << static_cast<double>(r.size * r.depth) / r.p50_us
+      << ", \"bw_p50_mbps\": " << bytes / static_cast<double>(r.ops) * static_cast<double>(r.depth) / r.p50_us
       << ", \"msg_rate_p50\": " << static_cast<double>(r.depth) / r.p50_us * 1e6 << "}"
       << (i + 1 < rows.size() ? ",\n" : "\n");
   }
@@ -275,6 +318,7 @@ int main(int argc, char** argv) {
   bool iters_given = false;  // --iters N: N at every size; default: a twentieth from 1 MiB up
   std::size_t depth = 16;
   std::size_t blocks = 15000;
+  std::string segments_file;
   std::vector<std::string> tests{"put", "get", "notify", "putbw"};
   std::vector<std::size_t> sizes{8, 64, 4096, 65536, 1u << 20};
   for (int i = 1; i < argc; ++i) {
@@ -288,6 +332,8 @@ int main(int argc, char** argv) {
       depth = static_cast<std::size_t>(std::clamp(std::atoi(argv[++i]), 1, 1024));
     } else if (a == "--blocks" && i + 1 < argc) {
       blocks = static_cast<std::size_t>(std::clamp(std::atoi(argv[++i]), 1, 1 << 22));
+    } else if (a == "--segments" && i + 1 < argc) {
+      segments_file = argv[++i];
     } else if (a == "--json" && i + 1 < argc) {
       json = argv[++i];
     } else if (a == "--tests" && i + 1 < argc) {
@@ -312,15 +358,30 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: ucx_raw_bench [--tls shm|tcp|...] [--tests put,get,notify,putbw,getbw,scatter,contig]\n"
-                   "                     [--iters N] [--sizes 8,64,...] [--depth D] [--blocks N] [--json FILE]\n");
+                   "                     [--iters N] [--sizes 8,64,...] [--depth D] [--blocks N] [--segments FILE]\n"
+                   "                     [--json FILE]\n"
+                   "  --segments FILE: scatter puts FILE's little-endian uint64 (local_off, remote_off, nbytes)\n"
+                   "  triples and one flush, contig their total in one put (--sizes and --blocks do not apply)\n");
       return 2;
     }
   }
   Side s;
   const bool kv = std::any_of(tests.begin(), tests.end(), [](const std::string& t) { return t == "scatter" || t == "contig"; });
-  for (std::size_t size : sizes) s.buffer_size = std::max(s.buffer_size, kv ? size * blocks : size);
+  if (!segments_file.empty()) {
+    // Read before the fork: both sides then map a buffer covering every segment and contig's total.
+    s.segments = read_segments(segments_file);
+    for (const auto& g : s.segments) {
+      if (s.segment_bytes + g.nbytes < s.segment_bytes) die("--segments: the total bytes overflow 64 bits");
+      s.segment_bytes += g.nbytes;
+      s.buffer_size = std::max<std::uint64_t>({s.buffer_size, g.local_off + g.nbytes, g.remote_off + g.nbytes});
+    }
+    s.buffer_size = std::max<std::uint64_t>(s.buffer_size, s.segment_bytes);
+    sizes = {static_cast<std::size_t>(s.segment_bytes / s.segments.size())};  // one point per test; the bytes column
+  }
+  if (s.segments.empty())
+    for (std::size_t size : sizes) s.buffer_size = std::max(s.buffer_size, kv ? size * blocks : size);
   // Shuffled block tables on both sides, the same in every run (fixed seed): a KV cache's pages.
-  if (kv) {
+  if (kv && s.segments.empty()) {
     s.src_block.resize(blocks);
     for (std::size_t i = 0; i < blocks; ++i) s.src_block[i] = i;
     s.dst_block = s.src_block;
@@ -355,7 +416,7 @@ int main(int argc, char** argv) {
                            : size >= (1u << 20) && !iters_given ? std::max(10, iters / 20) : iters;
       const Row r = run(s, test, size, n, depth);
       std::printf("%-7s %9zu %6zu %9.2f %9.2f %12.1f %12.0f\n", r.test.c_str(), r.size, r.depth, r.p50_us, r.mean_us,
-                  static_cast<double>(r.size) * static_cast<double>(r.ops) / r.seconds / 1e6,
+                  r.bytes / r.seconds / 1e6,
                   static_cast<double>(r.ops) / r.seconds);
       std::fflush(stdout);
       rows.push_back(r);
