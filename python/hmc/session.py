@@ -266,6 +266,15 @@ class Session(ReferenceSession):
         """Whether this session's buffer is device memory staged through a pinned host mirror."""
         return self._core.buffer_staged()
 
+    def stats(self):
+        """Counters since the session started, as plain numbers and strings:
+        {"ops": {kind: {"done", "bytes", "failed", "timed_out", "aborted", "latency_us": {"p50",
+        "p99", "p999", "buckets"}}}, "in_flight", "peers_connected", "peers_lost", "peers": {rank:
+        {"transport", "put_bytes", "get_bytes", "done", "failed"}}}. Kinds: put, get, put_batch
+        (and put_blocks), get_batch (and get_blocks), put_notify, message. Latency is sampled (one
+        operation in 16); bucket i counts those under 2**i us, and p50/p99/p999 are bucket bounds."""
+        return self._core.stats()
+
     def transports(self, peer):
         return self._core.transports(self._rank(peer, wait=False))
 

@@ -29,6 +29,7 @@
 #include "hmc/runtime/event_loop.hpp"
 #include "hmc/runtime/progress_mode.hpp"
 #include "hmc/segment.hpp"
+#include "hmc/session_stats.hpp"
 
 namespace hmc {
 
@@ -164,6 +165,9 @@ class Session {
   // ("rc-emulated" over the emulated fabric); " (staged)" appended when either side's memory goes
   // through staging.
   std::string transports(std::uint32_t rank) const;
+  // Counters since the session started: operations and bytes by kind, errors, sampled latency,
+  // peers connected and lost, and per connected peer its transport and bytes (session_stats.hpp).
+  SessionStats stats() const;
 
   // Completes when the bytes are visible in the peer's buffer.
   template <class Token = default_token>

@@ -1,5 +1,6 @@
 #include "hmc/session.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "hmc/error.hpp"
@@ -146,6 +147,20 @@ std::string Session::transports(std::uint32_t rank) const {
     if (!impl_->transport || impl_->transport->peer(rank) == nullptr)
       throw NotConnectedError("no data connection to rank " + std::to_string(rank));
     return impl_->transport->carriers(rank);
+  });
+}
+
+SessionStats Session::stats() const {
+  return loop_->call([&] {
+    SessionStats s;
+    s.peers_lost = impl_->loss_seq;
+    if (!impl_->transport) return s;
+    impl_->transport->add_stats(s);
+    s.peers_connected = impl_->transport->ranks().size();
+    for (PeerStats& p : s.peers)
+      if (impl_->transport->peer(p.rank) != nullptr) p.transport = impl_->transport->carriers(p.rank);
+    std::sort(s.peers.begin(), s.peers.end(), [](const PeerStats& a, const PeerStats& b) { return a.rank < b.rank; });
+    return s;
   });
 }
 

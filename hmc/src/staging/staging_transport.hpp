@@ -60,6 +60,7 @@ class StagingTransport final : public Transport {
   void unregister_region(std::uint64_t id) override;
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return inner_->live_operations() + ops_.size(); }
+  void add_stats(SessionStats& out) const override { inner_->add_stats(out); }
 
   // runtime::Poller: the inner transport is what the loop drives (attach() attaches it).
   bool progress() override { return inner_->progress(); }

@@ -61,6 +61,7 @@ class TcpTransport final : public Transport, private OpPoster {
   void unregister_region(std::uint64_t id) override { regions_.unregister(id); }
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return engine_.live_operations(); }
+  void add_stats(SessionStats& out) const override { engine_.add_stats(out); }
 
   // The data listener's port: 0 before the first local_info, or when the address could not be bound.
   std::uint16_t listen_port() const noexcept { return listen_port_; }

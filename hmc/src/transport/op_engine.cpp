@@ -31,9 +31,10 @@ runtime::steady_clock::time_point coarse_deadline(std::chrono::milliseconds time
 }  // namespace
 
 struct OpEngine::PeerState {
-  std::vector<Op*> unflushed;         // puts waiting for the next flush
-  bool flush_posted = false;          // a flush_now for this peer is queued on the loop
-  std::vector<FlushBatch*> inflight;  // flushes posted and not yet reported
+  std::uint64_t put_bytes = 0, get_bytes = 0, done = 0, failed = 0;  // for stats()
+  std::vector<Op*> unflushed;                                        // puts waiting for the next flush
+  bool flush_posted = false;                                         // a flush_now for this peer is queued on the loop
+  std::vector<FlushBatch*> inflight;                                 // flushes posted and not yet reported
 };
 
 struct OpEngine::FlushBatch {
@@ -55,6 +56,8 @@ struct OpEngine::Op {
     error = {};
     deadline = {};
     deadline_prev = deadline_next = waiting_next = nullptr;
+    bytes = 0;
+    timed = false;
   }
 
   std::uint32_t rank = 0;
@@ -79,9 +82,28 @@ struct OpEngine::Op {
   Op* deadline_next = nullptr;
   bool in_deadline_list = false;
   Op* waiting_next = nullptr;
+  std::uint64_t bytes = 0;                    // what it moves, for stats()
+  std::uint8_t stat_kind = 0;                 // StatKind
+  bool timed = false;                         // a latency sample: `began` is set
+  runtime::steady_clock::time_point began{};  // when submitted, for the sample
 };
 
 namespace {
+// Index into kind_stats_, in SessionStats' order.
+enum StatKind : std::uint8_t { k_put, k_get, k_put_batch, k_get_batch, k_put_notify, k_message };
+
+OpStats& kind_of(SessionStats& s, std::size_t k) {
+  OpStats* kinds[] = {&s.put, &s.get, &s.put_batch, &s.get_batch, &s.put_notify, &s.message};
+  return *kinds[k];
+}
+
+// Bucket i: under 2^i us.
+std::size_t latency_bucket(runtime::steady_clock::duration d) {
+  const auto us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+  const std::size_t b = us == 0 ? 0 : static_cast<std::size_t>(64 - __builtin_clzll(us));
+  return std::min(b, OpStats::kBuckets - 1);
+}
+
 // Records are heap objects aligned to at least 8: the low bit tells a flush from an operation.
 template <class T>
 PostId post_id_of(T* p, bool flush) {
@@ -120,6 +142,17 @@ OpEngine::Op* OpEngine::new_op(const OpRequest& request, Completion done) {
   op->window = request.window;
   op->segments.assign(request.segments.begin(), request.segments.end());
   op->message.assign(request.message.begin(), request.message.end());
+  for (const Segment& s : op->segments) op->bytes += s.size;
+  const bool many = op->segments.size() > 1;
+  op->stat_kind = request.kind == OpKind::message      ? k_message
+                  : request.kind == OpKind::put_notify ? k_put_notify
+                  : request.kind == OpKind::get        ? (many ? k_get_batch : k_get)
+                                                       : (many ? k_put_batch : k_put);
+  if (request.kind == OpKind::message) op->bytes = op->message.size();
+  if (submitted_++ % OpStats::kSampleEvery == 0) {
+    op->timed = true;
+    op->began = runtime::steady_clock::now();
+  }
   op->done.emplace(std::move(done));
   regions_.acquire(op->region);
   ++live_ops_;
@@ -260,9 +293,40 @@ void OpEngine::terminal(Op* op, OpState state, error_code ec) {
   unlink_deadline(op);
   op->state = state;
   --waiting_callers_;
+  if (op->kind != OpKind::flush) count(op, state);
   ready_.push_back(Ready{std::move(*op->done), ec});
   op->done.reset();
   post_completions();
+}
+
+void OpEngine::count(const Op* op, OpState state) {
+  OpStats& k = kind_stats_[op->stat_kind];
+  const bool ok = state == OpState::done;
+  if (ok) {
+    ++k.done;
+    k.bytes += op->bytes;
+    if (op->timed) ++k.latency_us[latency_bucket(runtime::steady_clock::now() - op->began)];
+  } else {
+    ++(state == OpState::timed_out ? k.timed_out : state == OpState::aborted ? k.aborted : k.failed);
+  }
+  auto p = peers_.find(op->rank);
+  if (p == peers_.end()) return;
+  ++(ok ? p->second.done : p->second.failed);
+  if (ok && op->kind == OpKind::get) p->second.get_bytes += op->bytes;
+  if (ok && op->kind != OpKind::get && op->kind != OpKind::message) p->second.put_bytes += op->bytes;
+}
+
+void OpEngine::add_stats(SessionStats& out) const {
+  for (std::size_t k = 0; k < kind_stats_.size(); ++k) kind_of(out, k) += kind_stats_[k];
+  out.in_flight += waiting_callers_;
+  for (const auto& [rank, p] : peers_) {
+    auto it = std::find_if(out.peers.begin(), out.peers.end(), [r = rank](const PeerStats& s) { return s.rank == r; });
+    if (it == out.peers.end()) it = out.peers.insert(out.peers.end(), PeerStats{rank, {}, 0, 0, 0, 0});
+    it->put_bytes += p.put_bytes;
+    it->get_bytes += p.get_bytes;
+    it->done += p.done;
+    it->failed += p.failed;
+  }
 }
 
 void OpEngine::post_completions() {

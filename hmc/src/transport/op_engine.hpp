@@ -3,6 +3,7 @@
 // state, deadlines, max_inflight backpressure, batches, pipelines with a sliding window and remote
 // completion for puts. It asks a transport (OpPoster) to post work tagged with a PostId; the
 // transport reports each signalled post back by that token. Loop thread only.
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "hmc/runtime/async_op.hpp"
 #include "hmc/segment.hpp"
+#include "hmc/session_stats.hpp"
 #include "transport/region_table.hpp"
 
 namespace hmc::detail {
@@ -114,6 +116,8 @@ class OpEngine {
   std::size_t live_operations() const noexcept { return live_ops_; }
   // Operation and flush records ever made (they are reused): flat in steady state.
   std::size_t records() const noexcept { return ops_.size() + batches_.size(); }
+  // Adds what ended here, by kind and per live peer, and what is in flight, to `out`.
+  void add_stats(SessionStats& out) const;
 
  private:
   struct Op;
@@ -131,6 +135,7 @@ class OpEngine {
   void fail(Op* op, error_code ec);
   void step(Op* op);
   void terminal(Op* op, OpState state, error_code ec);
+  void count(const Op* op, OpState state);
   void post_completions();
   void run_completions();
   void maybe_release(Op* op);
@@ -179,6 +184,8 @@ class OpEngine {
   std::size_t live_posts_ = 0;                            // signalled posts and flushes outstanding on live peers
   std::size_t all_posts_ = 0;                             // the same, including removed peers'
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // posted handlers check it: the engine may be gone
+  std::array<OpStats, 6> kind_stats_{};                   // by StatKind
+  std::uint64_t submitted_ = 0;                           // every kSampleEvery-th operation is timed
 };
 
 }  // namespace hmc::detail

@@ -31,6 +31,10 @@ class RoutedTransport final : public Transport {
   void unregister_region(std::uint64_t id) override;
   std::size_t region_size(std::uint64_t id) const override { return ucx_->region_size(id); }
   std::size_t live_operations() const override { return ucx_->live_operations() + tcp_->live_operations(); }
+  void add_stats(SessionStats& out) const override {
+    ucx_->add_stats(out);
+    tcp_->add_stats(out);
+  }
 
   // The bootstrap message: both transports' parts. unpack: empty string, else what is wrong.
   static std::vector<std::byte> pack(std::span<const std::byte> ucx, std::span<const std::byte> tcp);

@@ -74,6 +74,8 @@ class Transport : public runtime::Poller {
 
   // Operation records not yet released (tests, shutdown).
   virtual std::size_t live_operations() const = 0;
+  // Adds its operations' counters (OpEngine::add_stats) to `out`.
+  virtual void add_stats(SessionStats& out) const = 0;
 
  protected:
   // A peer the transport itself found failed: removed, then reported through on_peer_failed.

@@ -52,6 +52,7 @@ class UcxTransport final : public Transport, private OpPoster {
   void unregister_region(std::uint64_t id) override;
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return engine_.live_operations(); }
+  void add_stats(SessionStats& out) const override { engine_.add_stats(out); }
 
   // Whether UCX should carry the data to the peer whose info this is: the two share memory (and
   // `shared_memory` allows it), or this worker and the peer's have a network transport (RDMA, or tcp

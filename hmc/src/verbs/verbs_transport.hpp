@@ -63,6 +63,9 @@ class VerbsTransport final : public Transport, private OpPoster {
   void unregister_region(std::uint64_t id) override;
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return engine_->live_operations(); }
+  void add_stats(SessionStats& out) const override {
+    if (engine_) engine_->add_stats(out);
+  }
 
   // runtime::Poller
   bool progress() override;

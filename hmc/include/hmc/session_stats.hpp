@@ -1,0 +1,49 @@
+#pragma once
+// What a session has done since it started (Session::stats()): plain numbers, read on demand.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hmc {
+
+// Operations of one kind that ended. Latency is sampled: one operation in kSampleEvery is timed
+// (two clock reads on every operation would cost an 8-byte put ~10 %), and bucket i counts the
+// sampled ones that took under 2^i microseconds, the last bucket everything longer.
+struct OpStats {
+  static constexpr std::size_t kBuckets = 24;
+  static constexpr std::uint64_t kSampleEvery = 16;
+  std::uint64_t done = 0;
+  std::uint64_t bytes = 0;  // moved by the operations done
+  std::uint64_t failed = 0;
+  std::uint64_t timed_out = 0;
+  std::uint64_t aborted = 0;  // their peer was lost, or the session closed
+  std::array<std::uint64_t, kBuckets> latency_us{};
+
+  // The bucket bound (us) under which fraction `q` of the sampled operations ended; 0 without samples.
+  double latency_quantile_us(double q) const noexcept;
+  OpStats& operator+=(const OpStats& other) noexcept;
+};
+
+// A connected peer: what went to and came from it over the data transport.
+struct PeerStats {
+  std::uint32_t rank = 0;
+  std::string transport;  // as Session::transports(rank)
+  std::uint64_t put_bytes = 0;
+  std::uint64_t get_bytes = 0;
+  std::uint64_t done = 0;    // operations
+  std::uint64_t failed = 0;  // failed, timed out or aborted
+};
+
+struct SessionStats {
+  // By kind. put_batch and get_batch include put_blocks and get_blocks; put_notify every put or
+  // batch with a notify; message the control messages that went over the data transport.
+  OpStats put, get, put_batch, get_batch, put_notify, message;
+  std::uint64_t in_flight = 0;  // operations not ended yet
+  std::uint64_t peers_connected = 0;
+  std::uint64_t peers_lost = 0;  // since the session started
+  std::vector<PeerStats> peers;  // the connected ones, by rank
+};
+
+}  // namespace hmc
