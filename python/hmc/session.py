@@ -270,7 +270,7 @@ class Session(ReferenceSession):
         """Counters since the session started, as plain numbers and strings:
         {"ops": {kind: {"done", "bytes", "failed", "timed_out", "aborted", "latency_us": {"p50",
         "p99", "p999", "buckets"}}}, "in_flight", "peers_connected", "peers_lost", "peers": {rank:
-        {"transport", "put_bytes", "get_bytes", "done", "failed"}}}. Kinds: put, get, put_batch
+        {"transport", "put_bytes", "get_bytes", "message_bytes", "done", "failed"}}}. Kinds: put, get, put_batch
         (and put_blocks), get_batch (and get_blocks), put_notify, message. Latency is sampled (one
         operation in 16); bucket i counts those under 2**i us, and p50/p99/p999 are bucket bounds."""
         return self._core.stats()

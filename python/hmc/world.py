@@ -412,6 +412,10 @@ class RankSession:
     def transports(self, peer):
         return self._core.transports(self._rank(peer))
 
+    def stats(self):
+        """This rank's session counters, as hmc.Session.stats() gives them (collectives included)."""
+        return self._core.stats()
+
     @property
     def buffer_size(self):
         return self._core.buffer_size()

@@ -15,56 +15,11 @@
 #include "hmc/memory.hpp"
 #include "options.hpp"
 #include "session_handle.hpp"
+#include "stats_dict.hpp"
 
 namespace py = pybind11;
 
 namespace hmc::python {
-
-namespace {
-// Session::stats() as plain Python numbers and strings.
-py::dict op_stats(const OpStats& s) {
-  py::dict latency;
-  latency["p50"] = s.latency_quantile_us(0.5);
-  latency["p99"] = s.latency_quantile_us(0.99);
-  latency["p999"] = s.latency_quantile_us(0.999);
-  latency["buckets"] = std::vector<std::uint64_t>(s.latency_us.begin(), s.latency_us.end());
-  py::dict d;
-  d["done"] = s.done;
-  d["bytes"] = s.bytes;
-  d["failed"] = s.failed;
-  d["timed_out"] = s.timed_out;
-  d["aborted"] = s.aborted;
-  d["latency_us"] = latency;
-  return d;
-}
-
-py::dict stats_dict(const SessionStats& s) {
-  py::dict ops;
-  ops["put"] = op_stats(s.put);
-  ops["get"] = op_stats(s.get);
-  ops["put_batch"] = op_stats(s.put_batch);
-  ops["get_batch"] = op_stats(s.get_batch);
-  ops["put_notify"] = op_stats(s.put_notify);
-  ops["message"] = op_stats(s.message);
-  py::dict peers;
-  for (const PeerStats& p : s.peers) {
-    py::dict d;
-    d["transport"] = p.transport;
-    d["put_bytes"] = p.put_bytes;
-    d["get_bytes"] = p.get_bytes;
-    d["done"] = p.done;
-    d["failed"] = p.failed;
-    peers[py::int_(p.rank)] = d;
-  }
-  py::dict out;
-  out["ops"] = ops;
-  out["in_flight"] = s.in_flight;
-  out["peers_connected"] = s.peers_connected;
-  out["peers_lost"] = s.peers_lost;
-  out["peers"] = peers;
-  return out;
-}
-}  // namespace
 
 void bind_session(py::module_& m) {
   py::class_<CompletionQueue, std::shared_ptr<CompletionQueue>>(m, "CompletionQueue")

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.hpp"
+#include "stats_dict.hpp"
 #include "world_op.hpp"
 #include "world_options.hpp"
 
@@ -207,6 +208,7 @@ void bind_world(py::module_& m) {
       .def("resolve", [](PyWorld& w, const std::string& ip,
                          std::optional<std::uint16_t> port) { return w.w().session().resolve_peer(ip, port); })
       .def("transports", [](PyWorld& w, std::uint32_t peer) { return w.w().session().transports(peer); })
+      .def("stats", [](PyWorld& w) { return hmc::python::stats_dict(w.w().session().stats()); })
       .def("buffer_size", [](PyWorld& w) { return w.w().session().buffer().size(); })
       .def("completion_fd", &PyWorld::completion_fd)
       .def("drain", &PyWorld::drain)

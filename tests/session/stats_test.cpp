@@ -70,6 +70,11 @@ TEST_P(Stats, CountsEveryKindOfOperationAndTheBytesItMoved) {
   EXPECT_EQ(s.peers[0].put_bytes, 100u * 4096 + 157 + 5 * 64);
   EXPECT_EQ(s.peers[0].get_bytes, 10u * 1000 + 30);
   EXPECT_EQ(s.peers[0].failed, 0u);
+  client->ctrl_send(0, 77);  // over UCX once the fast path is up: a message of the data transport
+  EXPECT_EQ(server->ctrl_recv(1, 20s), 77u);
+  const SessionStats m = client->stats();
+  EXPECT_EQ(m.message.done, s.message.done + 1);
+  EXPECT_EQ(m.peers[0].message_bytes, s.peers[0].message_bytes + m.message.bytes - s.message.bytes);
   // The server moved nothing itself, and sees its client leave.
   EXPECT_EQ(server->stats().put.done, 0u);
   client.reset();

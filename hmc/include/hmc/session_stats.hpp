@@ -32,8 +32,9 @@ struct PeerStats {
   std::string transport;  // as Session::transports(rank)
   std::uint64_t put_bytes = 0;
   std::uint64_t get_bytes = 0;
-  std::uint64_t done = 0;    // operations
-  std::uint64_t failed = 0;  // failed, timed out or aborted
+  std::uint64_t message_bytes = 0;  // control messages sent over the data transport
+  std::uint64_t done = 0;           // operations
+  std::uint64_t failed = 0;         // failed, timed out or aborted
 };
 
 struct SessionStats {

@@ -31,10 +31,10 @@ runtime::steady_clock::time_point coarse_deadline(std::chrono::milliseconds time
 }  // namespace
 
 struct OpEngine::PeerState {
-  std::uint64_t put_bytes = 0, get_bytes = 0, done = 0, failed = 0;  // for stats()
-  std::vector<Op*> unflushed;                                        // puts waiting for the next flush
-  bool flush_posted = false;                                         // a flush_now for this peer is queued on the loop
-  std::vector<FlushBatch*> inflight;                                 // flushes posted and not yet reported
+  std::uint64_t put_bytes = 0, get_bytes = 0, message_bytes = 0, done = 0, failed = 0;  // for stats()
+  std::vector<Op*> unflushed;         // puts waiting for the next flush
+  bool flush_posted = false;          // a flush_now for this peer is queued on the loop
+  std::vector<FlushBatch*> inflight;  // flushes posted and not yet reported
 };
 
 struct OpEngine::FlushBatch {
@@ -314,6 +314,7 @@ void OpEngine::count(const Op* op, OpState state) {
   ++(ok ? p->second.done : p->second.failed);
   if (ok && op->kind == OpKind::get) p->second.get_bytes += op->bytes;
   if (ok && op->kind != OpKind::get && op->kind != OpKind::message) p->second.put_bytes += op->bytes;
+  if (ok && op->kind == OpKind::message) p->second.message_bytes += op->bytes;
 }
 
 void OpEngine::add_stats(SessionStats& out) const {
@@ -321,9 +322,10 @@ void OpEngine::add_stats(SessionStats& out) const {
   out.in_flight += waiting_callers_;
   for (const auto& [rank, p] : peers_) {
     auto it = std::find_if(out.peers.begin(), out.peers.end(), [r = rank](const PeerStats& s) { return s.rank == r; });
-    if (it == out.peers.end()) it = out.peers.insert(out.peers.end(), PeerStats{rank, {}, 0, 0, 0, 0});
+    if (it == out.peers.end()) it = out.peers.insert(out.peers.end(), PeerStats{rank, {}, 0, 0, 0, 0, 0});
     it->put_bytes += p.put_bytes;
     it->get_bytes += p.get_bytes;
+    it->message_bytes += p.message_bytes;
     it->done += p.done;
     it->failed += p.failed;
   }
