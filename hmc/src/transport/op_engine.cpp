@@ -58,6 +58,7 @@ struct OpEngine::Op {
     deadline_prev = deadline_next = waiting_next = nullptr;
     bytes = 0;
     timed = false;
+    peer = nullptr;
   }
 
   std::uint32_t rank = 0;
@@ -82,6 +83,7 @@ struct OpEngine::Op {
   Op* deadline_next = nullptr;
   bool in_deadline_list = false;
   Op* waiting_next = nullptr;
+  PeerState* peer = nullptr;                  // from start() until its peer is removed, for stats()
   std::uint64_t bytes = 0;                    // what it moves, for stats()
   std::uint8_t stat_kind = 0;                 // StatKind
   bool timed = false;                         // a latency sample: `began` is set
@@ -184,11 +186,13 @@ void OpEngine::start(Op* op) {
   op->state = OpState::active;
   op->started = true;
   ++started_ops_;
-  if (peers_.count(op->rank) == 0) {
+  const auto peer = peers_.find(op->rank);
+  if (peer == peers_.end()) {
     terminal(op, OpState::aborted, make_error_code(Status::PEER_LOST));
     maybe_release(op);
     return;
   }
+  op->peer = &peer->second;
   if (op->kind == OpKind::message) {
     post_message(op);
   } else if (op->kind == OpKind::flush) {
@@ -309,12 +313,11 @@ void OpEngine::count(const Op* op, OpState state) {
   } else {
     ++(state == OpState::timed_out ? k.timed_out : state == OpState::aborted ? k.aborted : k.failed);
   }
-  auto p = peers_.find(op->rank);
-  if (p == peers_.end()) return;
-  ++(ok ? p->second.done : p->second.failed);
-  if (ok && op->kind == OpKind::get) p->second.get_bytes += op->bytes;
-  if (ok && op->kind != OpKind::get && op->kind != OpKind::message) p->second.put_bytes += op->bytes;
-  if (ok && op->kind == OpKind::message) p->second.message_bytes += op->bytes;
+  PeerState* p = op->peer;
+  if (p == nullptr) return;  // never started, or its peer is gone
+  ++(ok ? p->done : p->failed);
+  if (!ok) return;
+  (op->kind == OpKind::get ? p->get_bytes : op->kind == OpKind::message ? p->message_bytes : p->put_bytes) += op->bytes;
 }
 
 void OpEngine::add_stats(SessionStats& out) const {
@@ -521,6 +524,7 @@ void OpEngine::peer_removed(std::uint32_t rank, error_code reason) {
   }
   for (const auto& owned : ops_) {
     Op* op = owned.get();
+    if (op->rank == rank) op->peer = nullptr;  // its PeerState is gone
     if (op->released || op->rank != rank || op->orphaned) continue;
     op->orphaned = true;
     live_posts_ -= op->outstanding;
