@@ -8,7 +8,7 @@ packages=(
   libspdlog-dev libgtest-dev pybind11-dev python3-dev python3-numpy python3-pytest libamdhip64-dev
   python3-torch python3-pip python3-venv python3-setuptools python3-wheel python3-matplotlib
   libssl-dev openssl ccache clang-14 libclang-rt-14-dev lld clang-format-14
-  iproute2 nftables ethtool etcd-server etcd-client openmpi-bin
+  iproute2 nftables ethtool etcd-server etcd-client openmpi-bin python3-prometheus-client
 )
 
 missing=()

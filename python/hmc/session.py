@@ -142,7 +142,8 @@ class Session(ReferenceSession):
     def __init__(self, device_id=0, buffer_size=DEFAULT_BUFFER_SIZE, mem_type=MemoryType.CPU, num_chs=1,
                  local_ip=None, *, progress_mode="adaptive", progress_thread=None, ucx_tls=None, ucx_net_devices=None, timeout=30.0,
                  ctrl_uds_dir=None, auth_key=None, authenticate=True, heartbeat_interval=None,
-                 heartbeat_misses=None, tls_cert=None, tls_key=None, tls_ca=None, shared_memory=True):
+                 heartbeat_misses=None, tls_cert=None, tls_key=None, tls_ca=None, shared_memory=True,
+                 metrics_port=None, metrics_host=None):
         device_id = _args.integer(device_id, "device_id", 0, (1 << 31) - 1)
         if not isinstance(shared_memory, bool):
             raise InvalidArgumentError(f"shared_memory must be True or False, not {shared_memory!r}")
@@ -160,12 +161,15 @@ class Session(ReferenceSession):
                 f"progress_thread must be 'shared', 'caller' or 'own', not {progress_thread!r}")
         self.progress_thread = progress_thread
         self.timeout = _args.session_timeout(timeout)
+        metrics_port = 0 if metrics_port is None else _args.integer(metrics_port, "metrics_port", 1, 65535)
+        metrics_host = "" if metrics_host is None else _args.ip(metrics_host, "metrics_host")
         self._core = SessionHandle(size, int(mem), device_id, local_ip or "", progress_mode, progress_thread,
                                    _args.text(ucx_tls, "ucx_tls"),
                                    _args.text(ucx_net_devices, "ucx_net_devices"), self.timeout,
                                    _args.text(ctrl_uds_dir, "ctrl_uds_dir"), **_security(
                                        auth_key, authenticate, heartbeat_interval, heartbeat_misses, tls_cert, tls_key, tls_ca),
-                                   num_chs=self.num_chs, shared_memory=shared_memory)
+                                   num_chs=self.num_chs, shared_memory=shared_memory, metrics_port=metrics_port,
+                                   metrics_host=metrics_host)
         self.buf = IOBuffer(self._core)
         self._ctrl_uds_dir = None  # set_ctrl_uds_dir: init_server's default ctrl_uds_dir
         self._issued = collections.OrderedDict()  # op id -> Future, for wait(id)

@@ -48,6 +48,8 @@ SessionOptions session_options(SessionArgs a) {
   if (a.tls_key) o.ctrl.tls_key = std::move(*a.tls_key);
   if (a.tls_ca) o.ctrl.tls_ca = std::move(*a.tls_ca);
   o.num_chs = a.num_chs;
+  o.metrics_port = a.metrics_port;
+  if (!a.metrics_host.empty()) o.metrics_host = std::move(a.metrics_host);
   return o;
 }
 

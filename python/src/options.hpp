@@ -45,6 +45,8 @@ struct SessionArgs {
   std::optional<std::string> tls_ca;
   std::size_t num_chs = 1;
   bool shared_memory = true;
+  std::uint16_t metrics_port = 0;
+  std::string metrics_host;
 };
 
 SessionOptions session_options(SessionArgs args);

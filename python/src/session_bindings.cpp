@@ -47,19 +47,36 @@ void bind_session(py::module_& m) {
                        std::optional<std::string> auth_key, bool authenticate, std::optional<double> heartbeat_interval,
                        std::optional<std::uint32_t> heartbeat_misses, std::optional<std::string> tls_cert,
                        std::optional<std::string> tls_key, std::optional<std::string> tls_ca, std::size_t num_chs,
-                       bool shared_memory) {
-             return std::make_unique<SessionHandle>(session_options(SessionArgs{
-                 buffer_size, mem_type, device_id, std::move(local_ip), std::move(progress_mode),
-                 std::move(progress_thread), std::move(ucx_tls), std::move(ucx_net_devices), timeout,
-                 std::move(uds_dir), std::move(auth_key), authenticate, heartbeat_interval, heartbeat_misses,
-                 std::move(tls_cert), std::move(tls_key), std::move(tls_ca), num_chs, shared_memory}));
+                       bool shared_memory, std::uint16_t metrics_port, std::string metrics_host) {
+             return std::make_unique<SessionHandle>(session_options(SessionArgs{buffer_size,
+                                                                                mem_type,
+                                                                                device_id,
+                                                                                std::move(local_ip),
+                                                                                std::move(progress_mode),
+                                                                                std::move(progress_thread),
+                                                                                std::move(ucx_tls),
+                                                                                std::move(ucx_net_devices),
+                                                                                timeout,
+                                                                                std::move(uds_dir),
+                                                                                std::move(auth_key),
+                                                                                authenticate,
+                                                                                heartbeat_interval,
+                                                                                heartbeat_misses,
+                                                                                std::move(tls_cert),
+                                                                                std::move(tls_key),
+                                                                                std::move(tls_ca),
+                                                                                num_chs,
+                                                                                shared_memory,
+                                                                                metrics_port,
+                                                                                std::move(metrics_host)}));
            }),
            py::arg("buffer_size"), py::arg("mem_type"), py::arg("device_id"), py::arg("local_ip"),
            py::arg("progress_mode"), py::arg("progress_thread"), py::arg("ucx_tls"), py::arg("ucx_net_devices"),
            py::arg("timeout"), py::arg("uds_dir"), py::arg("auth_key") = py::none(), py::arg("authenticate") = true,
            py::arg("heartbeat_interval") = py::none(), py::arg("heartbeat_misses") = py::none(),
            py::arg("tls_cert") = py::none(), py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none(),
-           py::arg("num_chs") = 1, py::arg("shared_memory") = true)
+           py::arg("num_chs") = 1, py::arg("shared_memory") = true, py::arg("metrics_port") = 0,
+           py::arg("metrics_host") = "")
       .def("init_server",
            [](SessionHandle& h, const std::string& ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
               std::uint16_t ctrl_port, std::uint32_t self_id, const std::string& uds_dir) {

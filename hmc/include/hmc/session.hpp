@@ -84,7 +84,12 @@ struct SessionOptions {
   std::size_t staging_chunk = std::size_t{1} << 20;
   // The job's shared key (docs/security.md "The key"); empty: HMC_AUTH_KEY, then the per-user key file.
   std::string auth_key;
-  bool authenticate = true;                    // false: accept unauthenticated peers (explicit opt-out, logged at warn)
+  bool authenticate = true;  // false: accept unauthenticated peers (explicit opt-out, logged at warn)
+  // != 0: stats() served at http://metrics_host:metrics_port/metrics in Prometheus' text format,
+  // one endpoint for every session of the process naming that address. 0: HMC_METRICS_PORT if
+  // set, else none.
+  std::uint16_t metrics_port = 0;
+  std::string metrics_host = "127.0.0.1";
   CtrlOptions ctrl = CtrlOptions::from_env();  // transport, TLS, heartbeats, resource limits
 };
 

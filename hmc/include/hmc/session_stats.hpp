@@ -20,6 +20,7 @@ struct OpStats {
   std::uint64_t timed_out = 0;
   std::uint64_t aborted = 0;  // their peer was lost, or the session closed
   std::array<std::uint64_t, kBuckets> latency_us{};
+  std::uint64_t latency_sum_us = 0;  // of the sampled operations
 
   // The bucket bound (us) under which fraction `q` of the sampled operations ended; 0 without samples.
   double latency_quantile_us(double q) const noexcept;

@@ -1,9 +1,13 @@
 #include "hmc/session.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <future>
+#include <optional>
 #include <string>
 
 #include "hmc/error.hpp"
+#include "metrics/metrics_endpoint.hpp"
 #include "session/session_impl.hpp"
 #include "staging/staging_transport.hpp"
 #include "transport/fast_message.hpp"
@@ -30,7 +34,43 @@ detail::Transport::Completion to_caller(runtime::loop_executor ex, Session::hand
 
 }  // namespace
 
+namespace {
+// SessionOptions::metrics_port, else HMC_METRICS_PORT; 0: no endpoint.
+std::uint16_t metrics_port(const SessionOptions& o) {
+  if (o.metrics_port != 0) return o.metrics_port;
+  const char* env = std::getenv("HMC_METRICS_PORT");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(env, &end, 10);
+  if (*end != '\0' || v > 65535 || *env == '-')
+    throw InvalidConfigError(std::string("HMC_METRICS_PORT='") + env + "' is not a port (0 to 65535)");
+  return static_cast<std::uint16_t>(v);
+}
+
+// The endpoint's view of a session: its stats from its own loop, or nothing after a second (a
+// caller-driven loop nobody drives, or one busy closing) so that a scrape never hangs.
+std::optional<SessionStats> stats_for_metrics(const std::weak_ptr<detail::SessionImpl>& weak) {
+  auto impl = weak.lock();
+  if (!impl) return std::nullopt;
+  auto answer = std::make_shared<std::promise<SessionStats>>();
+  auto f = answer->get_future();
+  runtime::post_to_loop(impl->loop.executor(), [answer, weak] {
+    if (auto i = weak.lock()) answer->set_value(i->stats());
+  });
+  if (f.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return std::nullopt;
+  try {
+    return f.get();
+  } catch (const std::future_error&) {
+    return std::nullopt;  // the session went first
+  }
+}
+}  // namespace
+
 Session::Session(SessionOptions options) {
+  // The endpoint first: an address that cannot be listened on throws before any thread starts.
+  std::shared_ptr<detail::MetricsEndpoint> metrics;
+  if (const std::uint16_t port = metrics_port(options); port != 0)
+    metrics = detail::MetricsEndpoint::at(options.metrics_host, port);
   runtime::EventLoopOptions lo;
   lo.mode = options.progress_mode;
   loop_ = std::make_unique<runtime::EventLoop>(lo);
@@ -39,9 +79,18 @@ Session::Session(SessionOptions options) {
   impl_ = std::make_shared<detail::SessionImpl>(*loop_, std::move(options));
   loop_->call([&] { impl_->start_on_loop(); });
   conn_type_ = impl_->opts.conn_type;
+  if (metrics) {
+    impl_->metrics_id =
+        metrics->add([weak = std::weak_ptr<detail::SessionImpl>(impl_)] { return stats_for_metrics(weak); });
+    impl_->metrics = std::move(metrics);
+  }
 }
 
 Session::~Session() {
+  if (impl_->metrics) {
+    impl_->metrics->remove(impl_->metrics_id);  // no scrape reads this session from here on
+    impl_->metrics.reset();
+  }
   alive_.reset();  // RegisteredMemory handles that outlive us do nothing
   close();
   // From a completion handler on our own loop the loop's run() is on the stack: the loop and the
@@ -151,18 +200,22 @@ std::string Session::transports(std::uint32_t rank) const {
 }
 
 SessionStats Session::stats() const {
-  return loop_->call([&] {
-    SessionStats s;
-    s.peers_lost = impl_->loss_seq;
-    if (!impl_->transport) return s;
-    impl_->transport->add_stats(s);
-    s.peers_connected = impl_->transport->ranks().size();
-    for (PeerStats& p : s.peers)
-      if (impl_->transport->peer(p.rank) != nullptr) p.transport = impl_->transport->carriers(p.rank);
-    std::sort(s.peers.begin(), s.peers.end(), [](const PeerStats& a, const PeerStats& b) { return a.rank < b.rank; });
-    return s;
-  });
+  return loop_->call([&] { return impl_->stats(); });
 }
+
+namespace detail {
+SessionStats SessionImpl::stats() const {
+  SessionStats s;
+  s.peers_lost = loss_seq;
+  if (!transport) return s;
+  transport->add_stats(s);
+  s.peers_connected = transport->ranks().size();
+  for (PeerStats& p : s.peers)
+    if (transport->peer(p.rank) != nullptr) p.transport = transport->carriers(p.rank);
+  std::sort(s.peers.begin(), s.peers.end(), [](const PeerStats& a, const PeerStats& b) { return a.rank < b.rank; });
+  return s;
+}
+}  // namespace detail
 
 void Session::start_rma_on_loop(const std::shared_ptr<detail::SessionImpl>& impl, bool is_put, bool pipeline,
                                 std::uint32_t peer, std::uint64_t region, std::span<const Segment> segments,

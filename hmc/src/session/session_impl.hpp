@@ -31,9 +31,13 @@ namespace detail {
 using runtime::log;
 
 // Everything a Session owns that lives on the loop thread.
+class MetricsEndpoint;
+
 class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
  public:
   SessionImpl(runtime::EventLoop& l, SessionOptions o);
+  // Session::stats() on the loop thread.
+  SessionStats stats() const;
   void ensure_ctrl(std::uint32_t self_id, const std::string& uds_dir);
 
   // transport_factory.cpp
@@ -128,6 +132,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::map<std::uint32_t, Loss> lost;
   std::deque<std::pair<std::uint32_t, std::uint64_t>> lost_order;  // (rank, seq), oldest first
   std::uint64_t loss_seq = 0;
+  std::shared_ptr<MetricsEndpoint> metrics;  // the endpoint serving stats(), when one is asked for
+  std::uint64_t metrics_id = 0;
   std::string advertised_ip;
   std::string bind_ip;  // where init_server bound the control listener; empty for a client
   std::uint16_t data_port = 0;

@@ -22,6 +22,7 @@ OpStats& OpStats::operator+=(const OpStats& other) noexcept {
   timed_out += other.timed_out;
   aborted += other.aborted;
   for (std::size_t i = 0; i < kBuckets; ++i) latency_us[i] += other.latency_us[i];
+  latency_sum_us += other.latency_sum_us;
   return *this;
 }
 

@@ -309,7 +309,12 @@ void OpEngine::count(const Op* op, OpState state) {
   if (ok) {
     ++k.done;
     k.bytes += op->bytes;
-    if (op->timed) ++k.latency_us[latency_bucket(runtime::steady_clock::now() - op->began)];
+    if (op->timed) {
+      const auto took = runtime::steady_clock::now() - op->began;
+      ++k.latency_us[latency_bucket(took)];
+      k.latency_sum_us +=
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+    }
   } else {
     ++(state == OpState::timed_out ? k.timed_out : state == OpState::aborted ? k.aborted : k.failed);
   }

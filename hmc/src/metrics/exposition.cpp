@@ -1,0 +1,104 @@
+#include "metrics/exposition.hpp"
+
+#include <cstdint>
+#include <functional>
+
+namespace hmc::detail {
+
+namespace {
+using Sessions = std::vector<std::pair<std::string, SessionStats>>;
+
+// Label values are escaped as the format asks (backslash, quote, newline).
+std::string quoted(const std::string& v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+struct Kind {
+  const char* name;
+  const OpStats SessionStats::*stats;
+};
+constexpr Kind kKinds[] = {{"put", &SessionStats::put},
+                           {"get", &SessionStats::get},
+                           {"put_batch", &SessionStats::put_batch},
+                           {"get_batch", &SessionStats::get_batch},
+                           {"put_notify", &SessionStats::put_notify},
+                           {"message", &SessionStats::message}};
+
+void family(std::string& out, const char* name, const char* type, const char* help) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void sample(std::string& out, const std::string& name, const std::string& labels, std::uint64_t v) {
+  out += name + "{" + labels + "} " + std::to_string(v) + "\n";
+}
+}  // namespace
+
+std::string exposition(const Sessions& sessions) {
+  std::string out;
+  family(out, "hmc_operations_total", "counter", "Operations that ended, by kind and outcome.");
+  for (const auto& [session, s] : sessions)
+    for (const Kind& k : kKinds) {
+      const OpStats& o = s.*(k.stats);
+      const std::string l = "session=" + quoted(session) + ",kind=\"" + k.name + "\",outcome=";
+      sample(out, "hmc_operations_total", l + "\"done\"", o.done);
+      sample(out, "hmc_operations_total", l + "\"failed\"", o.failed);
+      sample(out, "hmc_operations_total", l + "\"timed_out\"", o.timed_out);
+      sample(out, "hmc_operations_total", l + "\"aborted\"", o.aborted);
+    }
+  family(out, "hmc_bytes_total", "counter", "Bytes moved by the operations done, by kind.");
+  for (const auto& [session, s] : sessions)
+    for (const Kind& k : kKinds)
+      sample(out, "hmc_bytes_total", "session=" + quoted(session) + ",kind=\"" + k.name + "\"", (s.*(k.stats)).bytes);
+  family(out, "hmc_operation_latency_microseconds", "histogram",
+         "Latency of sampled operations (one in 16), submission to end, by kind.");
+  for (const auto& [session, s] : sessions)
+    for (const Kind& k : kKinds) {
+      const OpStats& o = s.*(k.stats);
+      const std::string l = "session=" + quoted(session) + ",kind=\"" + k.name + "\"";
+      std::uint64_t seen = 0;
+      for (std::size_t i = 0; i + 1 < OpStats::kBuckets; ++i) {
+        seen += o.latency_us[i];
+        sample(out, "hmc_operation_latency_microseconds_bucket",
+               l + ",le=\"" + std::to_string(std::uint64_t{1} << i) + "\"", seen);
+      }
+      seen += o.latency_us[OpStats::kBuckets - 1];
+      sample(out, "hmc_operation_latency_microseconds_bucket", l + ",le=\"+Inf\"", seen);
+      sample(out, "hmc_operation_latency_microseconds_sum", l, o.latency_sum_us);
+      sample(out, "hmc_operation_latency_microseconds_count", l, seen);
+    }
+  family(out, "hmc_operations_in_flight", "gauge", "Operations not ended yet.");
+  for (const auto& [session, s] : sessions)
+    sample(out, "hmc_operations_in_flight", "session=" + quoted(session), s.in_flight);
+  family(out, "hmc_peers_connected", "gauge", "Peers with a data connection.");
+  for (const auto& [session, s] : sessions)
+    sample(out, "hmc_peers_connected", "session=" + quoted(session), s.peers_connected);
+  family(out, "hmc_peers_lost_total", "counter", "Peers lost since the session started.");
+  for (const auto& [session, s] : sessions)
+    sample(out, "hmc_peers_lost_total", "session=" + quoted(session), s.peers_lost);
+  family(out, "hmc_peer_bytes_total", "counter", "Bytes to and from a connected peer, by direction.");
+  for (const auto& [session, s] : sessions)
+    for (const PeerStats& p : s.peers) {
+      const std::string l = "session=" + quoted(session) + ",peer=\"" + std::to_string(p.rank) + "\",direction=";
+      sample(out, "hmc_peer_bytes_total", l + "\"put\"", p.put_bytes);
+      sample(out, "hmc_peer_bytes_total", l + "\"get\"", p.get_bytes);
+      sample(out, "hmc_peer_bytes_total", l + "\"message\"", p.message_bytes);
+    }
+  family(out, "hmc_peer_transport_info", "gauge", "The transport carrying a connected peer's data (always 1).");
+  for (const auto& [session, s] : sessions)
+    for (const PeerStats& p : s.peers)
+      sample(out, "hmc_peer_transport_info",
+             "session=" + quoted(session) + ",peer=\"" + std::to_string(p.rank) + "\",transport=" + quoted(p.transport),
+             1);
+  return out;
+}
+
+}  // namespace hmc::detail
