@@ -376,7 +376,7 @@ class Session(ReferenceSession):
 
     def put_blocks(self, peer, layout, src_ids, dst_ids, remote_layout=None, conn=ConnType.UCX, timeout=None, *,
                    notify=None, memory=None):
-        """Blocks src_ids[i] of layout (an hmc.KvLayout of this session's buffer, or of `memory`, a
+        """Blocks src_ids[i] of layout (an hmc.KvLayout of the session buffer, or of `memory`, a
         RegisteredBuffer: a KV cache in a registered tensor, sent zero-copy) to blocks dst_ids[i] of the
         peer's remote_layout (default: layout) in its session buffer, in every region, as one batch.
         Ids: 1-D integer arrays (NumPy, CPU torch tensors) or lists. An id past either layout is an
@@ -388,7 +388,7 @@ class Session(ReferenceSession):
     def get_blocks(self, peer, layout, src_ids, dst_ids, remote_layout=None, conn=ConnType.UCX, timeout=None, *,
                    memory=None):
         """The peer's blocks src_ids[i] of remote_layout (default: layout) into blocks dst_ids[i] of
-        layout (in this session's buffer, or in `memory`, a RegisteredBuffer), in every region, as one
+        layout (in the session buffer, or in `memory`, a RegisteredBuffer), in every region, as one
         batch."""
         timeout = _args.timeout(timeout)
         return self._finish(self._blocks_op(False, peer, layout, src_ids, dst_ids, remote_layout, conn, memory), timeout)

@@ -88,7 +88,7 @@ Session::Session(SessionOptions options) {
 
 Session::~Session() {
   if (impl_->metrics) {
-    impl_->metrics->remove(impl_->metrics_id);  // no scrape reads this session from here on
+    impl_->metrics->remove(impl_->metrics_id);  // no scrape reads it from here on
     impl_->metrics.reset();
   }
   alive_.reset();  // RegisteredMemory handles that outlive us do nothing
