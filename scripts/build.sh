@@ -24,5 +24,9 @@ fi
 cmake -S . -B "$dir" -G Ninja -DHMC_WERROR=ON "${launcher[@]}" "${linker[@]}" "$@" >"$dir/configure.log" 2>&1 ||
   { cat "$dir/configure.log"; exit 1; }
 grep -A15 "HMC .* configuration" "$dir/configure.log" | sed 's/^-- //'
-ninja -C "$dir" ${HMC_BUILD_TARGETS:-} | grep -vE '^\[[0-9]+/[0-9]+\] (Building|Linking)' || true
-test "${PIPESTATUS[0]}" -eq 0
+# ninja's status, not grep's: with pipefail a `|| true` here would hide a failed build.
+set +o pipefail
+ninja -C "$dir" ${HMC_BUILD_TARGETS:-} | { grep -vE '^\[[0-9]+/[0-9]+\] (Building|Linking)' || true; }
+status=${PIPESTATUS[0]}
+set -o pipefail
+exit "$status"
