@@ -26,6 +26,26 @@ std::exception_ptr make_error(const boost::system::error_code& ec, const std::st
   return std::make_exception_ptr(Error(Status::ERROR, what));
 }
 
+std::string_view error_name(Status s) noexcept {
+  switch (s) {
+    case Status::TIMEOUT: return "TimeoutError";
+    case Status::NOT_FOUND: return "NotFoundError";
+    case Status::UNSUPPORT: return "UnsupportedError";
+    case Status::INVALID_CONFIG: return "InvalidConfigError";
+    case Status::INVALID_ARGUMENT: return "InvalidArgumentError";
+    case Status::OUT_OF_RANGE: return "OutOfRangeError";
+    case Status::NOT_CONNECTED: return "NotConnectedError";
+    case Status::PEER_LOST: return "PeerLostError";
+    case Status::PROTOCOL_ERROR: return "ProtocolError";
+    case Status::CANCELLED: return "CancelledError";
+    case Status::CLOSED: return "ClosedError";
+    case Status::AUTH_FAILED: return "AuthenticationError";
+    case Status::SUCCESS:
+    case Status::ERROR: break;
+  }
+  return "Error";
+}
+
 void throw_if(const boost::system::error_code& ec, const std::string& context) {
   if (ec) std::rethrow_exception(make_error(ec, context));
 }

@@ -147,6 +147,46 @@ def _blocks(core_blocks, template):
     return [_like(template, core_blocks, offsets[i], offsets[i + 1]) for i in range(len(offsets) - 1)]
 
 
+def _quantile_us(buckets, q):
+    """As OpStats::latency_quantile_us: the bound of the bucket (2^i us) holding fraction q."""
+    total = sum(buckets)
+    if total == 0:
+        return 0.0
+    seen = 0
+    for i, n in enumerate(buckets):
+        seen += n
+        if seen and seen >= q * total:
+            return float(1 << i)
+    return float(1 << (len(buckets) - 1))
+
+
+def _add(a, b):
+    """Counters added key by key (lists element-wise); strings are kept from the first."""
+    if isinstance(a, dict):
+        return {k: _add(v, b[k]) for k, v in a.items() if k in b}
+    if isinstance(a, list):
+        return [x + y for x, y in zip(a, b)]
+    return a + b if isinstance(a, (int, float)) else a
+
+
+def _world_stats(parts):
+    """{"ranks": every rank's stats() by rank, "total": their counters added up}."""
+    ranks = []
+    for raw in parts:
+        s = json.loads(bytes(raw))
+        s["peers"] = {int(r): p for r, p in s["peers"].items()}  # JSON made the rank keys strings
+        ranks.append(s)
+    total = None
+    for s in ranks:
+        counters = {k: v for k, v in s.items() if k != "peers"}
+        total = counters if total is None else _add(total, counters)
+    for kind in total["ops"].values():
+        lat = kind["latency_us"]
+        for name, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+            lat[name] = _quantile_us(lat["buckets"], q)
+    return {"ranks": ranks, "total": total}
+
+
 def _torchrun_store(options):
     """Under torchrun's agent, MASTER_PORT is torch's own TCPStore: bootstrap through it."""
     import datetime
@@ -328,6 +368,11 @@ class _Base:
             return op, "none", lambda _: list(out_t.unbind(0))
         return op, "none", lambda _: list(out)
 
+    def _stats(self, timeout):
+        mine = json.dumps(self._core.stats()).encode()  # taken as the collective starts
+        op, shape, finish = self._all_gather(mine, timeout)
+        return op, shape, lambda r: _world_stats(finish(r))
+
     def _gather(self, x, root, timeout):
         op = self._pending_op("gather", x if _array_of(x) is None else _array_of(x), root, timeout)
         return op, "blocks", lambda b: _blocks(b, x) if self.rank == root else None
@@ -478,6 +523,12 @@ class World(_Base):
         timeout = _args.timeout(timeout)
         return self._run(self._all_reduce(x, op, timeout, out), timeout)
 
+    def stats(self, timeout=None):
+        """Every rank's session counters and their sum, the same on every rank (a collective: all
+        ranks call it): {"ranks": [stats() of rank 0, 1, ...], "total": the counters added up}."""
+        timeout = _args.timeout(timeout)
+        return self._run(self._stats(timeout), timeout)
+
     def close(self):
         self._core.close()
 
@@ -548,6 +599,10 @@ class AsyncWorld(_Base):
     async def all_reduce(self, x, op="sum", timeout=None, out=None):
         timeout = _args.timeout(timeout)
         return await self._run(self._all_reduce(x, op, timeout, out), timeout)
+
+    async def stats(self, timeout=None):
+        timeout = _args.timeout(timeout)
+        return await self._run(self._stats(timeout), timeout)
 
     async def close(self):
         if not hasattr(self, "_core"):

@@ -53,6 +53,23 @@ py::dict stats_dict(const SessionStats& s) {
   out["peers_connected"] = s.peers_connected;
   out["peers_lost"] = s.peers_lost;
   out["peers"] = peers;
+  py::dict ctrl;
+  ctrl["messages_sent"] = s.ctrl.messages_sent;
+  ctrl["bytes_sent"] = s.ctrl.bytes_sent;
+  ctrl["messages_received"] = s.ctrl.messages_received;
+  ctrl["bytes_received"] = s.ctrl.bytes_received;
+  py::dict refused;
+  refused["auth"] = s.ctrl.refused_auth;
+  refused["rank"] = s.ctrl.refused_rank;
+  refused["busy"] = s.ctrl.refused_busy;
+  refused["protocol"] = s.ctrl.refused_protocol;
+  refused["timeout"] = s.ctrl.refused_timeout;
+  ctrl["handshakes_refused"] = refused;
+  out["ctrl"] = ctrl;
+  py::dict staging;
+  staging["copies"] = s.staging.copies;
+  staging["bytes"] = s.staging.bytes;
+  out["staging"] = staging;
   return out;
 }
 

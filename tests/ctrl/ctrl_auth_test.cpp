@@ -80,6 +80,7 @@ TEST_F(CtrlAuthTest, AWrongKeyIsAnAuthenticationErrorAndOneServerLogLineAndNoPee
   EXPECT_TRUE(logs.has_error_containing("the client's proof does not match our key"));
   EXPECT_TRUE(server->peers().empty());
   EXPECT_EQ(peers_up.load(), 0);
+  EXPECT_EQ(server->stats().refused_auth, 1u);
   auto good = channel(1);
   EXPECT_EQ(good->async_connect("127.0.0.1", port, 5s, asio::use_future).get(), 0u);
   expect_tag_both_ways(*good, 1);
@@ -261,6 +262,7 @@ TEST_F(CtrlAuthTest, AFullHandshakeTableEvictsTheOldestAndAKeyHolderGetsIn) {
   }
   EXPECT_TRUE(logs.has_line_containing("(max_handshakes 4)"));
   EXPECT_TRUE(logs.has_line_containing("too many handshakes from 127.0.0.3 (max_handshakes_per_source 2)"));
+  EXPECT_EQ(capped.stats().refused_busy, 6u);  // the six evicted
   key_holder.async_send(0, CtrlMessage::from_tag(1), asio::use_future).get();
   EXPECT_EQ(capped.async_recv(1, 5s, asio::use_future).get().tag(), 1u);
 }

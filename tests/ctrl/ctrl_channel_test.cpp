@@ -379,6 +379,31 @@ TEST_P(CtrlChannelTest, MalformedInputClosesOnlyThatConnection) {
   EXPECT_EQ(server->async_recv(1, 5s, asio::use_future).get().tag(), 77u);
 }
 
+// stats(): every message and byte each way, and each refused handshake under its reason.
+TEST_P(CtrlChannelTest, StatsCountMessagesBothWaysAndRefusalsByReason) {
+  CtrlChannel& c = client(1);
+  const std::vector<std::byte> payload(100, std::byte{7});
+  for (int i = 0; i < 10; ++i) c.async_send(0, CtrlMessage::from_bytes(payload), asio::use_future).get();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(server->async_recv(1, 5s, asio::use_future).get().bytes().size(), 100u);
+  EXPECT_EQ(c.stats().messages_sent, 10u);
+  EXPECT_EQ(c.stats().bytes_sent, 1000u);
+  EXPECT_EQ(server->stats().messages_received, 10u);
+  EXPECT_EQ(server->stats().bytes_received, 1000u);
+  EXPECT_EQ(server->stats().messages_sent, 0u);
+
+  test::LogCapture logs;
+  CtrlChannel dup(loop, 1, options_for(GetParam(), dir));
+  EXPECT_THROW(dup.async_connect("127.0.0.1", port, 5s, asio::use_future).get(), ProtocolError);
+  RawSocket garbage = raw();
+  ASSERT_TRUE(garbage.send(header_with(0xdeadbeef, 1, 1, 4)));
+  std::vector<std::byte> got;
+  EXPECT_TRUE(garbage.read_until_closed(got));
+  const CtrlStats s = server->stats();
+  EXPECT_EQ(s.refused_rank, 1u);
+  EXPECT_EQ(s.refused_protocol, 1u);
+  EXPECT_EQ(s.refused_auth + s.refused_busy + s.refused_timeout, 0u);
+}
+
 TEST_P(CtrlChannelTest, SilentConnectionIsDroppedAfterTheHelloTimeout) {
   test::LogCapture logs;
   RawSocket s = raw();
@@ -386,6 +411,10 @@ TEST_P(CtrlChannelTest, SilentConnectionIsDroppedAfterTheHelloTimeout) {
   std::vector<std::byte> got;
   EXPECT_TRUE(s.read_until_closed(got)) << "errno " << s.last_errno;
   EXPECT_TRUE(logs.has_error_containing("no complete handshake within"));
+  const auto until = std::chrono::steady_clock::now() + 5s;  // counted once the handshake sees its deadline
+  while (server->stats().refused_timeout == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server->stats().refused_timeout, 1u);
   expect_server_healthy(2);
 }
 

@@ -109,6 +109,26 @@ TEST_P(StagingTest, PutAndGetArriveIntactForEverySizeAndPairing) {
 }
 
 // put-with-notify through staging: the tag leaves only once the bytes reached the peer's device buffer.
+// stats() counts each side's copies through pinned host memory: all the device saw, every byte once a side.
+TEST_P(StagingTest, StatsCountEveryStagingCopyAndItsBytes) {
+  connect({MemoryType::NVIDIA_GPU, MemoryType::NVIDIA_GPU});
+  auto staged = [&] {
+    const SessionStats c = client->stats(), s = server->stats();
+    return std::pair{c.staging.copies + s.staging.copies, c.staging.bytes + s.staging.bytes};
+  };
+  const auto [copies0, bytes0] = staged();
+  const std::uint64_t device0 = emulation->copies();
+  const std::size_t n = 3 * kChunk + 5;
+  fill(client->buffer(), 0, n, 1);
+  client->put(0, 0, 0, n);
+  client->get(0, n, 0, n);
+  EXPECT_TRUE(holds(client->buffer(), n, n, 1));
+  const auto [copies, bytes] = staged();
+  EXPECT_EQ(copies - copies0, emulation->copies() - device0);
+  EXPECT_EQ(bytes - bytes0, 4 * n);  // each way: out of one device, into the other
+  EXPECT_EQ(client->stats().put.bytes, n);
+}
+
 TEST_P(StagingTest, PutNotifyTagsFollowTheirBytesIntoAStagedBuffer) {
   const Sides pairings[] = {{MemoryType::NVIDIA_GPU, MemoryType::NVIDIA_GPU},
                             {MemoryType::NVIDIA_GPU, MemoryType::CPU},

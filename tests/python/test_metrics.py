@@ -61,6 +61,10 @@ def test_two_sessions_share_one_endpoint_that_counts_their_real_traffic(tmp_path
         assert value(found, "hmc_peer_transport_info", session=mover, peer="0", transport=client.transports(0)) == 1
         assert value(found, "hmc_operation_latency_microseconds_count", session=mover, kind="put") >= 1
         assert value(found, "hmc_peers_connected", session=mover) == 1
+        assert value(found, "hmc_ctrl_messages_total", session=mover, direction="sent") == stats["ctrl"]["messages_sent"] > 0
+        assert value(found, "hmc_ctrl_bytes_total", session=mover, direction="received") == stats["ctrl"]["bytes_received"]
+        assert value(found, "hmc_handshakes_refused_total", session=mover, reason="auth") == 0
+        assert value(found, "hmc_staging_copies_total", session=mover) == stats["staging"]["copies"] == 0
     with pytest.raises(urllib.error.URLError):  # the last session took the endpoint with it
         scrape(port)
 

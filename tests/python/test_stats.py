@@ -3,6 +3,7 @@ import asyncio
 import time
 
 import numpy as np
+import pytest
 
 import hmc
 
@@ -35,6 +36,8 @@ def test_counts_follow_the_traffic_and_a_leaving_peer(tmp_path):
         assert s["in_flight"] == 0 and s["peers_connected"] == 1 and s["peers_lost"] == 0
         assert sum(ops["put"]["latency_us"]["buckets"]) >= 2  # one put in 16 is timed
         assert 0 < ops["put"]["latency_us"]["p50"] <= ops["put"]["latency_us"]["p99"]
+        assert s["staging"] == {"copies": 0, "bytes": 0}  # host memory: nothing staged
+        assert set(s["ctrl"]["handshakes_refused"]) == {"auth", "rank", "busy", "protocol", "timeout"}
         peer = s["peers"][0]
         assert peer["transport"] == client.transports(0)
         assert peer["put_bytes"] == 40 * 4096 + 128 + 2 * 3 * 256 and peer["get_bytes"] == 1000
@@ -44,6 +47,20 @@ def test_counts_follow_the_traffic_and_a_leaving_peer(tmp_path):
             time.sleep(0.01)
         after = server.stats()
         assert after["peers_lost"] == 1 and after["peers_connected"] == 0 and after["peers"] == {}
+
+
+def test_refused_handshakes_are_counted_by_reason(tmp_path):
+    with hmc.create_session(**kwargs(tmp_path)) as server, hmc.create_session(**kwargs(tmp_path)) as client:
+        server.init_server("127.0.0.1", 0)
+        with hmc.create_session(**kwargs(tmp_path), auth_key="not the server's key") as stranger:
+            with pytest.raises(hmc.AuthenticationError):
+                stranger.connect("127.0.0.1", server.ctrl_port, timeout=10)
+        client.connect("127.0.0.1", server.ctrl_port)
+        refused = server.stats()["ctrl"]["handshakes_refused"]
+        assert refused == {"auth": 1, "rank": 0, "busy": 0, "protocol": 0, "timeout": 0}
+        received = server.stats()["ctrl"]["messages_received"]
+        assert received > 0  # the client's transport address came over the control channel
+        assert client.stats()["ctrl"]["messages_sent"] >= received
 
 
 def test_an_async_session_reads_its_stats_too(tmp_path):

@@ -16,6 +16,7 @@
 #include "hmc/ctrl_options.hpp"
 #include "hmc/runtime/async_op.hpp"
 #include "hmc/runtime/event_loop.hpp"
+#include "hmc/session_stats.hpp"
 
 namespace hmc {
 
@@ -129,6 +130,9 @@ class CtrlChannel {
   // The IP address a connected peer's TCP (or TLS) connection comes from; empty for a Unix socket
   // or a rank not connected.
   std::string remote_host(std::uint32_t rank) const;
+
+  // Messages over the channel's sockets and the handshakes it refused, since it was made.
+  CtrlStats stats() const;
 
   // Closes the connection to one peer; its pending and later receives fail with PeerLostError.
   void disconnect(std::uint32_t rank);

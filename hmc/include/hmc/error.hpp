@@ -3,6 +3,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "hmc/status.hpp"
 
@@ -57,5 +58,8 @@ std::exception_ptr make_error(const boost::system::error_code& ec, const std::st
 
 // Throws the typed exception for ec; does nothing when ec is success.
 void throw_if(const boost::system::error_code& ec, const std::string& context);
+
+// The class a status becomes, as C++ and Python name it ("PeerLostError"; "Error" for ERROR).
+std::string_view error_name(Status s) noexcept;
 
 }  // namespace hmc

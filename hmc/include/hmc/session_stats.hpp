@@ -38,6 +38,26 @@ struct PeerStats {
   std::uint64_t failed = 0;         // failed, timed out or aborted
 };
 
+// The control channel's own sockets (not the data transport): its messages, and the handshakes it
+// refused as a server, by reason.
+struct CtrlStats {
+  std::uint64_t messages_sent = 0;  // tags and messages, counted once the kernel has them
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t messages_received = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t refused_auth = 0;      // a proof or TLS handshake that failed, or a foreign uid
+  std::uint64_t refused_rank = 0;      // a rank already connected, or the server's own
+  std::uint64_t refused_busy = 0;      // too many connections or handshakes (evictions too)
+  std::uint64_t refused_protocol = 0;  // malformed or unexpected frames
+  std::uint64_t refused_timeout = 0;   // no complete handshake within hello_timeout
+};
+
+// Device memory the data transport cannot move itself goes through pinned host buffers.
+struct StagingStats {
+  std::uint64_t copies = 0;  // between device memory and pinned host memory, either way
+  std::uint64_t bytes = 0;
+};
+
 struct SessionStats {
   // By kind. put_batch and get_batch include put_blocks and get_blocks; put_notify every put or
   // batch with a notify; message the control messages that went over the data transport.
@@ -46,6 +66,8 @@ struct SessionStats {
   std::uint64_t peers_connected = 0;
   std::uint64_t peers_lost = 0;  // since the session started
   std::vector<PeerStats> peers;  // the connected ones, by rank
+  CtrlStats ctrl;
+  StagingStats staging;
 };
 
 }  // namespace hmc

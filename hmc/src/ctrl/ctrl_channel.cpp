@@ -49,6 +49,10 @@ std::vector<std::uint32_t> CtrlChannel::peers() const {
   });
 }
 
+CtrlStats CtrlChannel::stats() const {
+  return loop_.call([&] { return impl_->counters; });
+}
+
 std::string CtrlChannel::lost_reason(std::uint32_t rank) const {
   return loop_.call([&]() -> std::string {
     auto it = impl_->peers.find(rank);
@@ -123,9 +127,14 @@ void CtrlChannel::start_send(const std::shared_ptr<detail::CtrlChannelImpl>& imp
     return impl->complete(std::move(h), make_error_code(Status::PEER_LOST),
                           what + " (its connection ended: " + it->second->lost_why + ")");
   const auto type = static_cast<detail::FrameType>(m.kind());  // CtrlKind values are the frame types
-  it->second->conn->send(
-      detail::encode_frame(type, m.bytes().data(), m.bytes().size()),
-      [impl, what, h = std::move(h)](runtime::error_code ec) mutable { impl->complete(std::move(h), ec, what); });
+  it->second->conn->send(detail::encode_frame(type, m.bytes().data(), m.bytes().size()),
+                         [impl, what, n = m.bytes().size(), h = std::move(h)](runtime::error_code ec) mutable {
+                           if (!ec) {
+                             ++impl->counters.messages_sent;
+                             impl->counters.bytes_sent += n;
+                           }
+                           impl->complete(std::move(h), ec, what);
+                         });
 }
 
 void CtrlChannel::start_recv(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,

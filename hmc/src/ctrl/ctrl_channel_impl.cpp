@@ -52,6 +52,8 @@ void CtrlChannelImpl::add_peer(std::uint32_t rank, const std::shared_ptr<CtrlCon
         auto p = weak_peer.lock();
         auto self = weak_self.lock();
         if (!p || !self) return;
+        ++self->counters.messages_received;
+        self->counters.bytes_received += m.bytes().size();
         if (m.kind() != CtrlKind::transport) {
           self->push_message(p, std::move(m));
         } else if (self->handlers.on_transport) {

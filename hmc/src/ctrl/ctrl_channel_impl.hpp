@@ -172,6 +172,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   bool closed = false;
   std::size_t refused = 0;
   clock::time_point last_refusal_log{};
+  CtrlStats counters;  // CtrlChannel::stats()
 };
 
 }  // namespace detail

@@ -59,6 +59,7 @@ std::size_t CtrlChannelImpl::connection_count() const {
 
 // Logs refusals at most once a second: a flood must not become a flood of log lines.
 void CtrlChannelImpl::note_refusal(const std::string& why) {
+  ++counters.refused_busy;
   ++refused;
   const auto now = clock::now();
   if (now - last_refusal_log < std::chrono::seconds(1)) return;
@@ -72,6 +73,7 @@ void CtrlChannelImpl::admit(socket_type s, const std::string& transport, const s
   if (transport == "uds" && !opts.uds_any_user) {
     const auto uid = conn->peer_uid();
     if (!uid || *uid != ::geteuid()) {
+      ++counters.refused_auth;
       log().error("ctrl: refused a Unix-socket peer of uid {} (this process runs as uid {})",
                   uid ? std::to_string(*uid) : "unknown", ::geteuid());
       conn->close(make_error_code(Status::AUTH_FAILED), "foreign uid");
@@ -114,6 +116,7 @@ void CtrlChannelImpl::admit(socket_type s, const std::string& transport, const s
 void CtrlChannelImpl::evict(const std::shared_ptr<CtrlConnection>& victim, const std::string& why) {
   const bool answerable = handshaking.answerable(victim);
   handshaking.remove(victim);  // its handshake ends at its next step, without a line of its own
+  ++counters.refused_busy;
   handshake_log->warn("ctrl handshake from " + victim->remote() + " evicted for a newer connection: " + why);
   if (!answerable) return victim->close(make_error_code(Status::NOT_CONNECTED), why);
   victim->send(reject_frame(RejectCode::busy, why),
@@ -121,6 +124,10 @@ void CtrlChannelImpl::evict(const std::shared_ptr<CtrlConnection>& victim, const
 }
 
 void CtrlChannelImpl::refuse(const std::shared_ptr<CtrlConnection>& conn, RejectCode code, const std::string& why) {
+  ++(code == RejectCode::auth_failed                                   ? counters.refused_auth
+     : code == RejectCode::rank_in_use || code == RejectCode::own_rank ? counters.refused_rank
+     : code == RejectCode::busy                                        ? counters.refused_busy
+                                                                       : counters.refused_protocol);
   handshake_log->error("ctrl handshake from " + conn->remote() + " (" + transport_name(*conn) + ") rejected: " + why);
   conn->send(reject_frame(code, code == RejectCode::auth_failed ? "authentication failed" : why),
              [conn, why](error_code) { conn->close(make_error_code(Status::PROTOCOL_ERROR), why); });
@@ -132,9 +139,12 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
   deadline.watch(conn, handshake_log,
                  "ctrl handshake from " + conn->remote() + " (" + conn->transport() +
                      ") failed: no complete handshake within " + ms(opts.hello_timeout) + "; closing it");
-  auto fail = [&](const std::string& why) {
+  // `refusal`: what the failure counts as in stats(); none for a client that just went away.
+  auto fail = [&](const std::string& why, std::uint64_t* refusal = nullptr) {
     // Out of the table: evicted or the channel closed; expired: the deadline logged and closed it.
-    if (!handshaking.remove(conn) || closed || deadline.expired()) return;
+    if (!handshaking.remove(conn) || closed) return;
+    if (deadline.expired()) return void(++counters.refused_timeout);
+    if (refusal != nullptr) ++*refusal;
     handshake_log->error("ctrl handshake from " + conn->remote() + " (" + transport_name(*conn) + ") failed: " + why +
                          "; closing it");
     conn->close(make_error_code(Status::PROTOCOL_ERROR), why);
@@ -145,10 +155,11 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
       // A plain-text client reads a plain REJECT: one fixed, best-effort frame tells it why.
       const auto frame = reject_frame(RejectCode::auth_failed, kRejectTlsRequired);
       [[maybe_unused]] auto n = ::send(conn->native_handle(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      co_return fail(std::string("the client spoke plain text: this server uses TLS and the client does not (") +
-                     kTlsHint + ")");
+      co_return fail(
+          std::string("the client spoke plain text: this server uses TLS and the client does not (") + kTlsHint + ")",
+          &counters.refused_auth);
     }
-    if (ec) co_return fail("TLS handshake: " + ec.message());
+    if (ec) co_return fail("TLS handshake: " + ec.message(), &counters.refused_auth);
     handshaking.set_answerable(conn);
   }
   ServerHandshake hs(key, opts.authenticate, random_nonce());

@@ -84,6 +84,33 @@ std::string exposition(const Sessions& sessions) {
   family(out, "hmc_peers_lost_total", "counter", "Peers lost since the session started.");
   for (const auto& [session, s] : sessions)
     sample(out, "hmc_peers_lost_total", "session=" + quoted(session), s.peers_lost);
+  family(out, "hmc_ctrl_messages_total", "counter", "Messages over the control channel's sockets, by direction.");
+  for (const auto& [session, s] : sessions) {
+    sample(out, "hmc_ctrl_messages_total", "session=" + quoted(session) + ",direction=\"sent\"", s.ctrl.messages_sent);
+    sample(out, "hmc_ctrl_messages_total", "session=" + quoted(session) + ",direction=\"received\"",
+           s.ctrl.messages_received);
+  }
+  family(out, "hmc_ctrl_bytes_total", "counter", "Message bytes over the control channel's sockets, by direction.");
+  for (const auto& [session, s] : sessions) {
+    sample(out, "hmc_ctrl_bytes_total", "session=" + quoted(session) + ",direction=\"sent\"", s.ctrl.bytes_sent);
+    sample(out, "hmc_ctrl_bytes_total", "session=" + quoted(session) + ",direction=\"received\"",
+           s.ctrl.bytes_received);
+  }
+  family(out, "hmc_handshakes_refused_total", "counter", "Control-channel handshakes this server refused, by reason.");
+  for (const auto& [session, s] : sessions) {
+    const std::string l = "session=" + quoted(session) + ",reason=";
+    sample(out, "hmc_handshakes_refused_total", l + "\"auth\"", s.ctrl.refused_auth);
+    sample(out, "hmc_handshakes_refused_total", l + "\"rank\"", s.ctrl.refused_rank);
+    sample(out, "hmc_handshakes_refused_total", l + "\"busy\"", s.ctrl.refused_busy);
+    sample(out, "hmc_handshakes_refused_total", l + "\"protocol\"", s.ctrl.refused_protocol);
+    sample(out, "hmc_handshakes_refused_total", l + "\"timeout\"", s.ctrl.refused_timeout);
+  }
+  family(out, "hmc_staging_copies_total", "counter", "Copies between device memory and pinned host buffers.");
+  for (const auto& [session, s] : sessions)
+    sample(out, "hmc_staging_copies_total", "session=" + quoted(session), s.staging.copies);
+  family(out, "hmc_staging_bytes_total", "counter", "Bytes copied between device memory and pinned host buffers.");
+  for (const auto& [session, s] : sessions)
+    sample(out, "hmc_staging_bytes_total", "session=" + quoted(session), s.staging.bytes);
   family(out, "hmc_peer_bytes_total", "counter", "Bytes to and from a connected peer, by direction.");
   for (const auto& [session, s] : sessions)
     for (const PeerStats& p : s.peers) {

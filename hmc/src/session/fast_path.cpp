@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "peer_log.hpp"
 #include "transport/fast_message.hpp"
 
 namespace hmc::detail {
@@ -24,8 +25,8 @@ void SessionImpl::fast_message(std::uint32_t rank, std::span<const std::byte> by
     const std::size_t size = m->bytes().size();
     if (e.messages.size() >= kMaxEarly || e.bytes + size > opts.ctrl.inbox_budget ||
         early_bytes + size > opts.ctrl.total_inbox_budget) {
-      log().error("rank {} sent over {} fast-path messages or {} bytes before its SWITCH; disconnecting it", rank,
-                  kMaxEarly, opts.ctrl.inbox_budget);
+      log().error("rank {} sent over {} fast-path messages or {} bytes before its SWITCH; disconnecting it{}", rank,
+                  kMaxEarly, opts.ctrl.inbox_budget, peer_fields(rank, "ctrl_recv", Status::PROTOCOL_ERROR));
       return peer_down(rank, "it sent too many fast-path messages before its SWITCH and was disconnected");
     }
     e.bytes += size;
@@ -53,8 +54,8 @@ std::vector<CtrlMessage> SessionImpl::take_early(std::uint32_t rank) {
 
 // The fast path cannot be paused as the socket can: a sender that keeps it full is cut off.
 void SessionImpl::outran(std::uint32_t rank) {
-  log().error("rank {}'s fast-path control messages outran ctrl_recv by twice the inbox budget; disconnecting it",
-              rank);
+  log().error("rank {}'s fast-path control messages outran ctrl_recv by twice the inbox budget; disconnecting it{}",
+              rank, peer_fields(rank, "ctrl_recv", Status::PROTOCOL_ERROR));
   peer_down(rank, "its control messages outran ctrl_recv by twice the inbox budget (CtrlOptions::inbox_budget, "
                   "total_inbox_budget) and it was disconnected");
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "hmc/error.hpp"
+#include "peer_log.hpp"
 #include "wire/byte_order.hpp"
 
 namespace hmc::detail {
@@ -19,6 +20,7 @@ void SessionImpl::start_close(Session::handler h) {
   if (closing) return;
   closing = true;
   stop_admitting();
+  if (transport) transport->expect_losses();
   if (!ctrl) return close_on_loop();
   goodbye_timer = std::make_unique<runtime::asio::steady_timer>(loop.executor(), kGoodbyeBudget);
   goodbye_timer->async_wait([weak = weak_from_this()](runtime::error_code ec) {
@@ -33,9 +35,11 @@ void SessionImpl::start_close(Session::handler h) {
     ++goodbye_unsent;
     flush_then(rank, [weak = weak_from_this(), rank] {
       if (auto self = weak.lock())
-        self->send_bye(rank, [weak] {
+        self->send_bye(rank, [weak, rank] {
           if (auto s = weak.lock(); s && s->goodbye_unsent > 0) {
             --s->goodbye_unsent;
+            s->bye_sent.insert(rank);
+            s->after_goodbyes(rank);
             s->maybe_finish_close();
           }
         });
@@ -99,6 +103,7 @@ void SessionImpl::bye(std::uint32_t rank, std::uint64_t fast_messages) {
   if (!bye_seen.insert(rank).second) return;
   log().debug("rank {} says goodbye after {} fast-path messages", rank, fast_messages);
   if (closing) {
+    after_goodbyes(rank);
     if (goodbye_waiting.erase(rank) != 0) maybe_finish_close();
     return;
   }
@@ -109,8 +114,9 @@ void SessionImpl::bye(std::uint32_t rank, std::uint64_t fast_messages) {
   d.timer->async_wait([weak = weak_from_this(), rank](runtime::error_code ec) {
     auto self = weak.lock();
     if (ec || !self || self->departing.count(rank) == 0) return;
-    log().warn("rank {} said goodbye but {} of its fast-path messages never came", rank,
-               self->departing.at(rank).expected - self->fast_received[rank]);
+    log().warn("rank {} said goodbye but {} of its fast-path messages never came{}", rank,
+               self->departing.at(rank).expected - self->fast_received[rank],
+               peer_fields(rank, "ctrl_recv", Status::PEER_LOST));
     self->depart(rank);
   });
   flush_then(rank, [weak = weak_from_this(), rank] {
@@ -119,6 +125,14 @@ void SessionImpl::bye(std::uint32_t rank, std::uint64_t fast_messages) {
     self->departing.at(rank).flushed = true;
     self->depart_when_ready(rank);
   });
+}
+
+// Both sides closing said BYE, each after flushing what it sent: nothing more moves between them,
+// so the data connection goes now, quietly, rather than fail when the peer's process ends while
+// this close still waits for slower peers.
+void SessionImpl::after_goodbyes(std::uint32_t rank) {
+  if (bye_seen.count(rank) == 0 || bye_sent.count(rank) == 0 || !transport || transport->peer(rank) == nullptr) return;
+  transport->remove_peer(rank, make_error_code(Status::CLOSED));
 }
 
 void SessionImpl::depart_when_ready(std::uint32_t rank) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "hmc/error.hpp"
+#include "peer_log.hpp"
 #include "wire/byte_order.hpp"
 
 namespace hmc::detail {
@@ -15,7 +16,9 @@ void SessionImpl::peer_up(std::uint32_t rank) {
   lost.erase(rank);
   const auto info = transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port, bind_ip});
   ctrl->async_send(rank, CtrlMessage::from_transport(info), [rank](std::exception_ptr e) {
-    if (e) log().warn("could not send the data-plane peer info to rank {}", rank);
+    if (e)
+      log().warn("could not send the data-plane peer info to rank {}{}", rank,
+                 peer_fields(rank, "connect", Status::PEER_LOST));
   });
 }
 
@@ -32,7 +35,8 @@ void SessionImpl::peer_info(std::uint32_t rank, const CtrlMessage& m) {
   std::string why = transport->peer(rank) != nullptr ? "a second peer info for a live connection"
                                                      : transport->add_peer(rank, m.bytes());
   if (!why.empty()) {
-    log().error("data connection to rank {} failed: {}; dropping the peer", rank, why);
+    log().error("data connection to rank {} failed: {}; dropping the peer{}", rank, why,
+                peer_fields(rank, "connect", Status::PEER_LOST));
     return peer_down(rank, "its data connection failed: " + why);
   }
 }

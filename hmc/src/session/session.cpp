@@ -207,6 +207,7 @@ namespace detail {
 SessionStats SessionImpl::stats() const {
   SessionStats s;
   s.peers_lost = loss_seq;
+  if (ctrl) s.ctrl = ctrl->stats();
   if (!transport) return s;
   transport->add_stats(s);
   s.peers_connected = transport->ranks().size();

@@ -106,6 +106,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   void flush_then(std::uint32_t rank, std::function<void()> then);
   void send_bye(std::uint32_t rank, std::function<void()> sent);
   void bye(std::uint32_t rank, std::uint64_t fast_messages);
+  void after_goodbyes(std::uint32_t rank);
   void depart_when_ready(std::uint32_t rank);
   void depart(std::uint32_t rank);
 
@@ -154,6 +155,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   bool closing = false, close_done = false;
   std::set<std::uint32_t> goodbye_waiting;  // peers whose BYE our close waits for
   std::size_t goodbye_unsent = 0;           // our BYEs not yet written
+  std::set<std::uint32_t> bye_sent;         // peers our close's BYE was written to
   std::unique_ptr<runtime::asio::steady_timer> goodbye_timer;
   std::vector<Session::handler> close_waiters;
 };

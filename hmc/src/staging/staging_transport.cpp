@@ -7,6 +7,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "peer_log.hpp"
 
 namespace hmc::detail {
 
@@ -109,7 +110,8 @@ StagingTransport::StagingTransport(runtime::EventLoop& loop, ConnBuffer& buffer,
     }
     const std::optional<StageMessage> m = decode_stage_message(bytes);
     if (!m) {
-      log().error("rank {} sent a malformed staging message; disconnecting it", rank);
+      log().error("rank {} sent a malformed staging message; disconnecting it{}", rank,
+                  peer_fields(rank, "staging", Status::PROTOCOL_ERROR));
       remove_peer(rank, make_error_code(Status::PROTOCOL_ERROR));
       if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PROTOCOL_ERROR));
       return;
@@ -185,7 +187,9 @@ error_code StagingTransport::start_copy(Device& d, DeviceCopier::Direction dir, 
   const std::uint64_t id = next_copy_++;
   copies_.emplace(id, std::move(done));
   const error_code ec = d.copier->start(dir, dst, src, n, id);
-  if (ec) copies_.erase(id);
+  if (ec) return copies_.erase(id), ec;
+  ++staged_.copies;
+  staged_.bytes += n;
   return ec;
 }
 
@@ -464,7 +468,8 @@ void StagingTransport::serve(std::uint32_t rank, const StageMessage& m) {
     answer.status = static_cast<std::uint32_t>(Status::OUT_OF_RANGE);
   } else if (serving_[rank] >= kMaxServing) {
     answer.status = static_cast<std::uint32_t>(Status::ERROR);
-    log().warn("rank {} has over {} stage requests in progress here; refusing more", rank, kMaxServing);
+    log().warn("rank {} has over {} stage requests in progress here; refusing more{}", rank, kMaxServing,
+               peer_fields(rank, "staging", Status::ERROR));
   } else {
     std::byte* device = static_cast<std::byte*>(buffer_.data()) + m.offset;
     std::byte* host = static_cast<std::byte*>(mirror_->data()) + m.offset;

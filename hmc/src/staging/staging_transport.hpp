@@ -60,7 +60,12 @@ class StagingTransport final : public Transport {
   void unregister_region(std::uint64_t id) override;
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return inner_->live_operations() + ops_.size(); }
-  void add_stats(SessionStats& out) const override { inner_->add_stats(out); }
+  void expect_losses() override { inner_->expect_losses(); }
+  void add_stats(SessionStats& out) const override {
+    inner_->add_stats(out);
+    out.staging.copies += staged_.copies;
+    out.staging.bytes += staged_.bytes;
+  }
 
   // runtime::Poller: the inner transport is what the loop drives (attach() attaches it).
   bool progress() override { return inner_->progress(); }
@@ -119,6 +124,7 @@ class StagingTransport final : public Transport {
   std::uint64_t next_request_ = 1;
   std::unordered_map<std::uint64_t, CopyDone> copies_;  // copy id -> what follows it
   std::uint64_t next_copy_ = 1;
+  StagingStats staged_;                                   // copies started, for stats()
   std::map<std::uint32_t, std::size_t> serving_;          // rank -> its stage requests being copied here
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // posted handlers check it: we may be gone
 };

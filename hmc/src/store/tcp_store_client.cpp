@@ -1,5 +1,6 @@
 #include "store/tcp_store_client.hpp"
 
+#include <algorithm>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include "hmc/runtime/deadline.hpp"
@@ -157,9 +158,12 @@ asio::awaitable<void> TcpStoreClient::read_loop() {
   if (broken_.empty()) {
     broken_ = why;
     stream->close();
-    // Only a loss that fails requests is worth a warning; an idle client outliving the store is normal.
-    if (pending_.empty()) {
-      runtime::log().info("store {}: connection ended: {}", url_, why);
+    // Only a loss that fails requests is worth a warning; an idle client outliving the store is
+    // normal, and so is one whose only requests wait on keys (a job's store host leaving first).
+    const bool only_waits =
+        std::all_of(pending_.begin(), pending_.end(), [](const auto& p) { return p.second->waits; });
+    if (only_waits) {
+      runtime::log().info("store {}: connection ended with {} waits pending: {}", url_, pending_.size(), why);
     } else {
       runtime::log().warn("store {}: connection lost with {} requests pending: {}", url_, pending_.size(), why);
     }
@@ -182,6 +186,7 @@ void TcpStoreClient::start(wire::Request request, Done done) {
   p->done.emplace(std::move(done));
   p->what = what;
   const bool waits = request.op == wire::Op::get || request.op == wire::Op::wait;
+  p->waits = waits;
   const milliseconds limit = waits ? request.timeout + kReplyGrace : options_.timeout;
   p->timer.emplace(ex_, limit);
   p->timer->async_wait([weak = weak_from_this(), id, limit](const runtime::error_code& ec) {

@@ -31,6 +31,7 @@ class TcpStoreClient final : public StoreBackend, public std::enable_shared_from
     std::optional<Done> done;  // constructed once, never assigned (Asio 1.26 any_completion_handler)
     std::optional<runtime::asio::steady_timer> timer;
     std::string what;
+    bool waits = false;  // a blocking get or wait: the store may well end while it waits
   };
   runtime::asio::awaitable<std::string> handshake(bool& auth_refused);
   runtime::asio::awaitable<void> read_loop();

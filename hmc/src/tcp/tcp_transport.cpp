@@ -13,6 +13,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "peer_log.hpp"
 #include "tcp/tcp_peer_info.hpp"
 #include "wire/byte_order.hpp"
 
@@ -491,7 +492,8 @@ void TcpTransport::connection_failed(const Conn& c, error_code ec) {
 
 void TcpTransport::violation(Conn& c, const std::string& why) {
   if (c.closed) return;
-  log().error("tcp peer rank {} broke the data protocol ({}); disconnecting it", c.rank, why);
+  log().error("tcp peer rank {} broke the data protocol ({}); disconnecting it{}", c.rank, why,
+              peer_fields(c.rank, "data", Status::PROTOCOL_ERROR));
   fail_peer(c.rank, make_error_code(Status::PROTOCOL_ERROR), why);
 }
 

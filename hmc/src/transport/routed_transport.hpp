@@ -35,6 +35,10 @@ class RoutedTransport final : public Transport {
     ucx_->add_stats(out);
     tcp_->add_stats(out);
   }
+  void expect_losses() override {
+    ucx_->expect_losses();
+    tcp_->expect_losses();
+  }
 
   // The bootstrap message: both transports' parts. unpack: empty string, else what is wrong.
   static std::vector<std::byte> pack(std::span<const std::byte> ucx, std::span<const std::byte> tcp);

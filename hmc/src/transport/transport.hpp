@@ -76,6 +76,9 @@ class Transport : public runtime::Poller {
   virtual std::size_t live_operations() const = 0;
   // Adds its operations' counters (OpEngine::add_stats) to `out`.
   virtual void add_stats(SessionStats& out) const = 0;
+  // The session is closing, and so, as a rule, are its peers: a peer failing from now on is no
+  // news and is logged at info.
+  virtual void expect_losses() {}
 
  protected:
   // A peer the transport itself found failed: removed, then reported through on_peer_failed.

@@ -10,6 +10,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "peer_log.hpp"
 #include "security/auth.hpp"
 #include "ucx/ucx_host_memory.hpp"
 #include "ucx/ucx_worker_address.hpp"
@@ -160,6 +161,7 @@ UcxTransport::~UcxTransport() {
     }
   }
   if (worker_) ucp_worker_destroy(worker_);
+  peer_log_->flush();
 }
 
 void UcxTransport::attach() { poller_ = loop_.attach(*this); }
@@ -558,7 +560,8 @@ void UcxTransport::process_completions() {
     misbehaving_.clear();
     for (auto& [rank, why] : offenders) {
       if (fast_token_of_.count(rank) == 0) continue;  // dropped already
-      log().error("ucx: rank {} sent {}; disconnecting it", rank, why);
+      log().error("ucx: rank {} sent {}; disconnecting it{}", rank, why,
+                  peer_fields(rank, "fast-path message", Status::PROTOCOL_ERROR));
       drop_failed_peer(rank, make_error_code(Status::PROTOCOL_ERROR));
     }
     auto failed = std::move(failed_peers_);
@@ -573,7 +576,13 @@ void UcxTransport::process_completions() {
         continue;
       }
       if (find(rank) != peer) continue;  // already removed
-      log().warn("ucx endpoint to rank {} failed: {}", rank, ucs_status_string(status));
+      const std::string line = "ucx endpoint to rank " + std::to_string(rank) +
+                               " failed: " + ucs_status_string(status) + peer_fields(rank, "data", Status::PEER_LOST);
+      if (losses_expected_) {
+        log().info("{} (the session is closing)", line);
+      } else {
+        peer_log_->warn(line);
+      }
       drop_failed_peer(rank, make_error_code(Status::PEER_LOST));
     }
     auto wired = std::move(wired_);
@@ -582,7 +591,8 @@ void UcxTransport::process_completions() {
       const std::uint32_t rank = peer->record.rank;
       if (find(rank) != peer) continue;  // removed meanwhile
       if (status != UCS_OK) {
-        log().warn("ucx endpoint to rank {} could not be set up: {}", rank, ucs_status_string(status));
+        peer_log_->warn("ucx endpoint to rank " + std::to_string(rank) + " could not be set up: " +
+                        ucs_status_string(status) + peer_fields(rank, "connect", Status::PEER_LOST));
         remove_peer(rank, make_error_code(Status::PEER_LOST));
         if (on_peer_failed) on_peer_failed(rank, make_error_code(Status::PEER_LOST));
         continue;

@@ -16,6 +16,7 @@
 
 #include "hmc/conn_buffer.hpp"
 #include "hmc/runtime/event_loop.hpp"
+#include "security/throttled_log.hpp"
 #include "transport/fast_message.hpp"
 #include "transport/op_engine.hpp"
 #include "transport/peer_table.hpp"
@@ -53,6 +54,7 @@ class UcxTransport final : public Transport, private OpPoster {
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return engine_.live_operations(); }
   void add_stats(SessionStats& out) const override { engine_.add_stats(out); }
+  void expect_losses() override { losses_expected_ = true; }
 
   // Whether UCX should carry the data to the peer whose info this is: the two share memory (and
   // `shared_memory` allows it), or this worker and the peer's have a network transport (RDMA, or tcp
@@ -124,6 +126,9 @@ class UcxTransport final : public Transport, private OpPoster {
   runtime::EventLoop& loop_;
   ConnBuffer& buffer_;
   UcxOptions options_;
+  // Peers failing by the dozen (a job's ranks dying together) make one summary line a second.
+  std::shared_ptr<ThrottledLog> peer_log_ = std::make_shared<ThrottledLog>(loop_.executor(), "ucx");
+  bool losses_expected_ = false;                // expect_losses()
   std::shared_ptr<UcxContext> context_holder_;  // outlives the worker and UCX-allocated buffers
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;

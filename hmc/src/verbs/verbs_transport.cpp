@@ -11,6 +11,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/runtime/log.hpp"
+#include "peer_log.hpp"
 #include "security/auth.hpp"
 #include "verbs/verbs_peer_info.hpp"
 #include "wire/byte_order.hpp"
@@ -691,8 +692,9 @@ void VerbsTransport::handle(const ibv_wc& wc) {
   error_code ec = from_wc(wc.status);
   if (wc.status != IBV_WC_SUCCESS) {
     if (wc.status != IBV_WC_WR_FLUSH_ERR && !p.closing)
-      log().warn("verbs: work request to rank {} failed: {} ({})", p.record.rank, ibv_wc_status_str(wc.status),
-                 static_cast<int>(wc.status));
+      log().log(losses_expected_ ? spdlog::level::info : spdlog::level::warn,
+                "verbs: work request to rank {} failed: {} ({}){}", p.record.rank, ibv_wc_status_str(wc.status),
+                static_cast<int>(wc.status), peer_fields(p.record.rank, "data", status_of(ec)));
     // Requests flushed behind the one that failed report its error.
     if (wc.status == IBV_WC_WR_FLUSH_ERR && p.error) ec = p.error;
     peer_error(p, wc.status == IBV_WC_WR_FLUSH_ERR ? make_error_code(Status::PEER_LOST) : ec);
@@ -714,7 +716,8 @@ void VerbsTransport::handle_recv(Peer& p, Qp& q, const ibv_wc& wc) {
   std::byte* data = p.recv_memory.data() + slot * options_.slot_size;
   const std::size_t len = std::min<std::size_t>(wc.byte_len, options_.slot_size);
   auto misbehaving = [&](const std::string& why) {
-    log().error("verbs: rank {} sent {}; disconnecting it", p.record.rank, why);
+    log().error("verbs: rank {} sent {}; disconnecting it{}", p.record.rank, why,
+                peer_fields(p.record.rank, "message", Status::PROTOCOL_ERROR));
     if (!p.error) {
       p.error = make_error_code(Status::PROTOCOL_ERROR);
       failed_.emplace_back(p.record.rank, p.error);
@@ -791,7 +794,9 @@ bool VerbsTransport::progress() {
   for (auto [rank, ec] : std::exchange(failed_, {})) {
     if (live(rank) == nullptr) continue;
     const error_code reason = ec == make_error_code(Status::PROTOCOL_ERROR) ? ec : make_error_code(Status::PEER_LOST);
-    log().warn("verbs: connection to rank {} failed ({}); dropping it", rank, ec.message());
+    log().log(losses_expected_ ? spdlog::level::info : spdlog::level::warn,
+              "verbs: connection to rank {} failed ({}); dropping it{}", rank, ec.message(),
+              peer_fields(rank, "data", status_of(reason)));
     drop_failed_peer(rank, reason);
   }
   reap_closing();

@@ -63,6 +63,7 @@ class VerbsTransport final : public Transport, private OpPoster {
   void unregister_region(std::uint64_t id) override;
   std::size_t region_size(std::uint64_t id) const override;
   std::size_t live_operations() const override { return engine_->live_operations(); }
+  void expect_losses() override { losses_expected_ = true; }
   void add_stats(SessionStats& out) const override {
     if (engine_) engine_->add_stats(out);
   }
@@ -202,6 +203,7 @@ class VerbsTransport final : public Transport, private OpPoster {
   std::vector<std::pair<std::uint32_t, error_code>> failed_;
   std::vector<std::pair<std::uint32_t, std::vector<std::byte>>> received_;
   std::uint32_t psn_ = 0;
+  bool losses_expected_ = false;  // expect_losses()
 };
 
 }  // namespace hmc::detail

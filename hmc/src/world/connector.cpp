@@ -6,6 +6,7 @@
 #include "hmc/error.hpp"
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
+#include "peer_log.hpp"
 #include "store/watch_ended.hpp"
 
 namespace hmc::detail {
@@ -202,7 +203,8 @@ asio::awaitable<void> Connector::doorbells() {
         self->connect_now({peer}, runtime::deadline_after(self->timeout_), false);
         if (self->on_contact_) self->on_contact_(peer);
       } catch (const Fault& f) {
-        runtime::log().warn("rank {}: connecting to rank {} on its request failed: {}", self->rank_, peer, f.what);
+        runtime::log().warn("rank {}: connecting to rank {} on its request failed: {}{}", self->rank_, peer, f.what,
+                            detail::peer_fields(peer, "connect", f.status));
       }
     });
   }
