@@ -1,4 +1,4 @@
-# `cmake --install`: headers, the static libraries, the shared one, a CMake package
+# `cmake --install`: headers, the static libraries, the shared one, hmc_doctor (bin), a CMake package
 # (find_package(hmc CONFIG) -> hmc::hmc, hmc::hmc_shared) and a pkg-config file (static). The static
 # libraries need what they link (UCX, libibverbs, liburing, spdlog, Boost headers, OpenSSL, threads)
 # again on the user's side, so the package finds those; never a GPU runtime (hmc opens it at run time).
@@ -7,6 +7,8 @@ include(CMakePackageConfigHelpers)
 install(TARGETS hmc hmc_session hmc_transports hmc_core hmc_runtime hmc_asio hmc_shared EXPORT hmcTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY hmc/include/ runtime/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# hmc_doctor: what a host offers HMC, for hosts without Python (hmc/tools/).
+install(TARGETS hmc_doctor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(HMC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hmc)
 install(EXPORT hmcTargets NAMESPACE hmc:: DESTINATION ${HMC_CMAKE_DIR})

@@ -1,32 +1,11 @@
-"""Sizes as the benchmarks write them (8, 64K, 1M, ranges 8:64M), shared by hmc_bench.py and compare.py."""
-import argparse
-import re
+"""Sizes as the benchmarks write them (8, 64K, 1M, ranges 8:64M): python/hmc/_units.py, loaded from its
+file so that compare.py, report.py and the other scripts need no built hmc package on their path."""
+import importlib.util
+import os
 
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KiB": 1 << 10, "M": 1 << 20, "MiB": 1 << 20, "G": 1 << 30, "GiB": 1 << 30}
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "hmc", "_units.py")
+_spec = importlib.util.spec_from_file_location("hmc_units", _PATH)
+_units = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_units)
 
-
-def parse_size(text):
-    m = re.fullmatch(r"(\d+)([A-Za-z]*)", text.strip())
-    if not m or m.group(2) not in _UNITS:
-        raise argparse.ArgumentTypeError(f"size '{text}': use a number with B, K, M or G")
-    return int(m.group(1)) * _UNITS[m.group(2)]
-
-
-def parse_sizes(text):
-    """'8,64K,1M' or a power-of-two range 'LO:HI' (as hmc_bench --sizes)."""
-    if ":" in text:
-        lo, hi = (parse_size(t) for t in text.split(":", 1))
-        out = []
-        while lo <= hi:
-            out.append(lo)
-            lo *= 2
-        return out
-    return [parse_size(t) for t in text.split(",") if t.strip()]
-
-
-def human(n):
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20}M"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n >> 10}K"
-    return str(n)
+parse_size, parse_sizes, human = _units.parse_size, _units.parse_sizes, _units.human

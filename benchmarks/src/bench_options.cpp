@@ -29,10 +29,18 @@ std::size_t parse_size(const std::string& text) {
 
 std::string Options::usage() {
   return "usage: hmc_bench [--role loopback|server|client] [--host IP] [--port P]\n"
-         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat,kv]\n"
+         "                 [--test put_bw,get_bw,put_lat,get_lat,batch,pipeline,idle,put_sync,tag_lat,notify_lat,kv,\n"
+         "                         cold,reg,recovery]\n"
          "                 [--sizes 8,64K,1M | 8:64M] [--depth N] [--peers N] [--mode adaptive|event|poll]\n"
          "                 [--progress-thread own|shared|caller] [--tls shm|tcp|hmc-tcp|...]\n"
-         "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n";
+         "                 [--iters N] [--warmup N] [--json FILE] [--csv FILE] [--quiet]\n"
+         "default tests: put_bw,get_bw,put_lat,get_lat,batch,pipeline. Latencies: p50, p99, p99.9, max (us).\n"
+         "  cold      a new Session per iteration: connect + first put (cold), the connect alone (cold_conn),\n"
+         "            the Session's construction (cold_new); default 20 iterations\n"
+         "  reg       register_memory of a fresh, touched buffer of each size (reg) and its release (unreg),\n"
+         "            with ms per GiB; no peer takes part\n"
+         "  recovery  loopback only: SIGKILL a connected server, see the typed error (rec_lost), start a new\n"
+         "            server, connect + put (rec_conn); recovery = kill to that put; default 5 iterations\n";
 }
 
 Options parse_options(int argc, char** argv) {
@@ -92,7 +100,8 @@ Options parse_options(int argc, char** argv) {
     throw std::invalid_argument("--depth, --peers, --sizes must be > 0");
   for (const auto& t : o.tests)
     if (t != "put_bw" && t != "get_bw" && t != "put_lat" && t != "get_lat" && t != "batch" && t != "pipeline" &&
-        t != "idle" && t != "put_sync" && t != "tag_lat" && t != "notify_lat" && t != "kv")
+        t != "idle" && t != "put_sync" && t != "tag_lat" && t != "notify_lat" && t != "kv" && t != "cold" &&
+        t != "reg" && t != "recovery")
       throw std::invalid_argument("unknown test '" + t + "'");
   return o;
 }

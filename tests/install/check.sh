@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `cmake --install` gives a usable package on a machine without CUDA or HIP: the README's CMake lines
 # build a program out of tree with nothing else set (no C++ standard), the session examples linked
-# to hmc::hmc_shared talk to each other, and the README's pkg-config line builds too.
+# to hmc::hmc_shared talk to each other, the README's pkg-config line builds too, and bin/hmc_doctor runs.
 #   check.sh <source dir> <build dir>
 set -euo pipefail
 src=$1 build=$2
@@ -50,6 +50,9 @@ fi
 # Through a file: with pipefail, grep -q leaving early can kill ldd with SIGPIPE and fail the run.
 ldd "$work/app/put_get_client" >"$work/ldd.txt"
 grep -q libhmc_shared.so "$work/ldd.txt" || { echo "put_get_client does not load libhmc_shared.so:"; cat "$work/ldd.txt"; exit 1; }
+# hmc_doctor is installed and runs from the prefix.
+"$work/prefix/bin/hmc_doctor" --help >"$work/doctor-help.txt"
+grep -q -- "--expect" "$work/doctor-help.txt" || { echo "bin/hmc_doctor --help:"; cat "$work/doctor-help.txt"; exit 1; }
 for program in "$work/app/app" "$work/loopback"; do
   UCX_NET_DEVICES=lo "$program" 65536 20 4 shm event | grep -c RESULT
 done

@@ -5,24 +5,13 @@ import os
 import subprocess
 import sys
 
-RDMA_SYSFS = "/sys/class/infiniband"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from rdma_sysfs import rdma_port_active  # noqa: E402 - the doctors' tests share it
 
 
 def hmc(*args, env=None):
     return subprocess.run([sys.executable, "-m", "hmc", *args], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, **(env or {})))
-
-
-def rdma_port_active():
-    if not os.path.isdir(RDMA_SYSFS):
-        return False
-    for dev in os.listdir(RDMA_SYSFS):
-        ports = os.path.join(RDMA_SYSFS, dev, "ports")
-        for p in os.listdir(ports) if os.path.isdir(ports) else []:
-            with open(os.path.join(ports, p, "state")) as f:
-                if "ACTIVE" in f.read():
-                    return True
-    return False
 
 
 def test_the_report_names_what_carried_the_self_test_and_how_fast():
