@@ -63,6 +63,7 @@ py::dict stats_dict(const SessionStats& s) {
   refused["rank"] = s.ctrl.refused_rank;
   refused["busy"] = s.ctrl.refused_busy;
   refused["protocol"] = s.ctrl.refused_protocol;
+  refused["transport"] = s.ctrl.refused_transport;
   refused["timeout"] = s.ctrl.refused_timeout;
   ctrl["handshakes_refused"] = refused;
   out["ctrl"] = ctrl;

@@ -36,6 +36,7 @@ class CtrlAuthTest : public ::testing::Test {
     server->set_handlers(CtrlHandlers{[this](std::uint32_t, bool up) {
                                         if (up) ++peers_up;
                                       },
+                                      {},
                                       {}});
     port = server->listen("127.0.0.1", 0);
   }

@@ -307,7 +307,8 @@ TEST_P(CtrlChannelTest, TransportMessagesGoToTheHandlerAndPeerEventsAreReported)
       [&](std::uint32_t rank, bool is_up) { (is_up ? up : down).set_value(rank); },
       [&](std::uint32_t rank, CtrlMessage m) {
         bootstrap.set_value({rank, std::string(reinterpret_cast<const char*>(m.bytes().data()), m.bytes().size())});
-      }});
+      },
+      {}});
   CtrlChannel& c = client(4);
   EXPECT_EQ(up.get_future().get(), 4u);
   const std::string info = "worker address";
@@ -401,7 +402,51 @@ TEST_P(CtrlChannelTest, StatsCountMessagesBothWaysAndRefusalsByReason) {
   const CtrlStats s = server->stats();
   EXPECT_EQ(s.refused_rank, 1u);
   EXPECT_EQ(s.refused_protocol, 1u);
-  EXPECT_EQ(s.refused_auth + s.refused_busy + s.refused_timeout, 0u);
+  EXPECT_EQ(s.refused_auth + s.refused_busy + s.refused_timeout + s.refused_transport, 0u);
+}
+
+// The data transport a client names travels in its authenticated HELLO (over a Unix-socket move
+// too): both sides read it back; the server's admit_plane refuses one it cannot serve, and the
+// client's connect raises that reason as UnsupportedError.
+TEST_P(CtrlChannelTest, DataTransportIsNamedInTheHelloAndMayBeRefused) {
+  std::vector<int> asked;
+  server->set_handlers(CtrlHandlers{{}, {}, [&](std::uint8_t plane) {
+                                      asked.push_back(plane);
+                                      return plane == 1 ? std::string() : std::string("no fabric for plane 2 here");
+                                    }});
+  CtrlChannel one(loop, 1, options_for(GetParam(), dir));
+  EXPECT_EQ(one.async_connect("127.0.0.1", port, 5s, 1, asio::use_future).get(), 0u);
+  server->async_wait_peer(1, 5s, asio::use_future).get();
+  EXPECT_EQ(server->plane_of(1), 1);
+  EXPECT_EQ(one.plane_of(0), 1);
+  EXPECT_EQ(server->transport_of(1), transport_name());
+
+  test::LogCapture logs;
+  CtrlChannel two(loop, 2, options_for(GetParam(), dir));
+  try {
+    two.async_connect("127.0.0.1", port, 5s, 2, asio::use_future).get();
+    ADD_FAILURE() << "plane 2 was admitted";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("no fabric for plane 2 here"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(asked, (std::vector<int>{1, 2}));
+  EXPECT_EQ(server->stats().refused_transport, 1u);
+  EXPECT_EQ(server->plane_of(2), 0);
+  EXPECT_THROW(two.async_connect("127.0.0.1", port, 5s, 16, asio::use_future).get(), InvalidArgumentError);
+  // Plane 0 needs no admission; the rank refused a moment ago connects.
+  EXPECT_EQ(two.async_connect("127.0.0.1", port, 5s, asio::use_future).get(), 0u);
+  server->async_wait_peer(2, 5s, asio::use_future).get();
+  EXPECT_EQ(server->plane_of(2), 0);
+  EXPECT_EQ(asked.size(), 2u);
+}
+
+// A server with no admit_plane handler serves plane 0 only.
+TEST_P(CtrlChannelTest, ServerWithoutAPlaneHandlerRefusesEveryOtherPlane) {
+  test::LogCapture logs;
+  CtrlChannel c(loop, 3, options_for(GetParam(), dir));
+  EXPECT_THROW(c.async_connect("127.0.0.1", port, 5s, 1, asio::use_future).get(), UnsupportedError);
+  EXPECT_EQ(server->stats().refused_transport, 1u);
+  expect_server_healthy(4);
 }
 
 TEST_P(CtrlChannelTest, SilentConnectionIsDroppedAfterTheHelloTimeout) {

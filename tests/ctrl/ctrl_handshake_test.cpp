@@ -155,6 +155,13 @@ TEST(CtrlHandshake, CodecsRejectMalformedMessages) {
   auto hello = encode_hello(hello_for(1));
   store_le32(hello.data() + 4, 0x80);
   EXPECT_NE(decode_hello(hello, h).find("unknown flags"), std::string::npos);
+  store_le32(hello.data() + 4, 0x1000);  // above the data-transport bits
+  EXPECT_NE(decode_hello(hello, h).find("unknown flags"), std::string::npos);
+  HelloMsg planed = hello_for(1);
+  planed.flags = kHelloMayUseUds | (5u << kHelloPlaneShift);
+  ASSERT_EQ(decode_hello(encode_hello(planed), h), "");
+  EXPECT_EQ(hello_plane(h.flags), 5);
+  EXPECT_EQ(hello_plane(kHelloMayUseUds), 0);
   hello = encode_hello(hello_for(1));
   store_le32(hello.data() + 4, kHelloUpgrade);  // upgrade without a ticket
   EXPECT_NE(decode_hello(hello, h).find("ticket"), std::string::npos);

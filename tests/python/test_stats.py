@@ -37,7 +37,7 @@ def test_counts_follow_the_traffic_and_a_leaving_peer(tmp_path):
         assert sum(ops["put"]["latency_us"]["buckets"]) >= 2  # one put in 16 is timed
         assert 0 < ops["put"]["latency_us"]["p50"] <= ops["put"]["latency_us"]["p99"]
         assert s["staging"] == {"copies": 0, "bytes": 0}  # host memory: nothing staged
-        assert set(s["ctrl"]["handshakes_refused"]) == {"auth", "rank", "busy", "protocol", "timeout"}
+        assert set(s["ctrl"]["handshakes_refused"]) == {"auth", "rank", "busy", "protocol", "transport", "timeout"}
         peer = s["peers"][0]
         assert peer["transport"] == client.transports(0)
         assert peer["put_bytes"] == 40 * 4096 + 128 + 2 * 3 * 256 and peer["get_bytes"] == 1000
@@ -57,7 +57,7 @@ def test_refused_handshakes_are_counted_by_reason(tmp_path):
                 stranger.connect("127.0.0.1", server.ctrl_port, timeout=10)
         client.connect("127.0.0.1", server.ctrl_port)
         refused = server.stats()["ctrl"]["handshakes_refused"]
-        assert refused == {"auth": 1, "rank": 0, "busy": 0, "protocol": 0, "timeout": 0}
+        assert refused == {"auth": 1, "rank": 0, "busy": 0, "protocol": 0, "transport": 0, "timeout": 0}
         received = server.stats()["ctrl"]["messages_received"]
         assert received > 0  # the client's transport address came over the control channel
         assert client.stats()["ctrl"]["messages_sent"] >= received

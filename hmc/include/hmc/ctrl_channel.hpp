@@ -28,6 +28,9 @@ class CtrlChannelImpl;
 struct CtrlHandlers {
   std::function<void(std::uint32_t rank, bool up)> on_peer;           // connected / lost
   std::function<void(std::uint32_t rank, CtrlMessage)> on_transport;  // CtrlKind::transport messages
+  // A client's HELLO names data transport `plane` (1-15; 0, the server's default, is always served):
+  // empty to accept it, else why not, which the client's connect raises as UnsupportedError.
+  std::function<std::string(std::uint8_t plane)> admit_plane;
 };
 
 class CtrlChannel {
@@ -63,13 +66,20 @@ class CtrlChannel {
   // Connects to a peer's listener and authenticates both ways (a same-host peer then moves to the
   // Unix socket the server names); completes with the peer's rank. AuthenticationError when either
   // side's proof (or TLS certificate) fails, TimeoutError after `timeout`.
+  // `plane` names the data transport this connection is for (0: the server's default); the server
+  // learns it in the authenticated HELLO (plane_of) and may refuse it (CtrlHandlers::admit_plane).
   template <class Token>
-  auto async_connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, Token&& token) {
+  auto async_connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, std::uint8_t plane,
+                     Token&& token) {
     return runtime::async_on_loop<void(std::exception_ptr, std::uint32_t)>(
         executor(), std::forward<Token>(token),
-        [impl = impl_, host = std::move(host), port, timeout](connect_handler h) mutable {
-          start_connect(impl, std::move(host), port, timeout, std::move(h));
+        [impl = impl_, host = std::move(host), port, timeout, plane](connect_handler h) mutable {
+          start_connect(impl, std::move(host), port, timeout, plane, std::move(h));
         });
+  }
+  template <class Token>
+  auto async_connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout, Token&& token) {
+    return async_connect(std::move(host), port, timeout, 0, std::forward<Token>(token));
   }
 
   // Completes once `rank` is connected (at once if it already is).
@@ -130,6 +140,9 @@ class CtrlChannel {
   // The IP address a connected peer's TCP (or TLS) connection comes from; empty for a Unix socket
   // or a rank not connected.
   std::string remote_host(std::uint32_t rank) const;
+  // The data transport a connected peer's connection is for (async_connect's plane); 0 for a rank
+  // not connected.
+  std::uint8_t plane_of(std::uint32_t rank) const;
 
   // Messages over the channel's sockets and the handshakes it refused, since it was made.
   CtrlStats stats() const;
@@ -143,7 +156,7 @@ class CtrlChannel {
   runtime::loop_executor executor() const noexcept;
 
   static void start_connect(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::string host, std::uint16_t port,
-                            std::chrono::milliseconds timeout, connect_handler h);
+                            std::chrono::milliseconds timeout, std::uint8_t plane, connect_handler h);
   static void start_wait_peer(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank,
                               std::chrono::milliseconds timeout, asio_handler h);
   static void start_send(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::uint32_t rank, CtrlMessage m,

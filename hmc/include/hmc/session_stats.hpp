@@ -45,11 +45,12 @@ struct CtrlStats {
   std::uint64_t bytes_sent = 0;
   std::uint64_t messages_received = 0;
   std::uint64_t bytes_received = 0;
-  std::uint64_t refused_auth = 0;      // a proof or TLS handshake that failed, or a foreign uid
-  std::uint64_t refused_rank = 0;      // a rank already connected, or the server's own
-  std::uint64_t refused_busy = 0;      // too many connections or handshakes (evictions too)
-  std::uint64_t refused_protocol = 0;  // malformed or unexpected frames
-  std::uint64_t refused_timeout = 0;   // no complete handshake within hello_timeout
+  std::uint64_t refused_auth = 0;       // a proof or TLS handshake that failed, or a foreign uid
+  std::uint64_t refused_rank = 0;       // a rank already connected, or the server's own
+  std::uint64_t refused_busy = 0;       // too many connections or handshakes (evictions too)
+  std::uint64_t refused_protocol = 0;   // malformed or unexpected frames
+  std::uint64_t refused_transport = 0;  // a data transport this side does not serve
+  std::uint64_t refused_timeout = 0;    // no complete handshake within hello_timeout
 };
 
 // Device memory the data transport cannot move itself goes through pinned host buffers.

@@ -78,6 +78,10 @@ std::string CtrlChannel::remote_host(std::uint32_t rank) const {
   });
 }
 
+std::uint8_t CtrlChannel::plane_of(std::uint32_t rank) const {
+  return loop_.call([&]() -> std::uint8_t { return impl_->alive(rank) ? impl_->peers.at(rank)->plane : 0; });
+}
+
 void CtrlChannel::disconnect(std::uint32_t rank) {
   loop_.call([&] {
     auto it = impl_->peers.find(rank);
@@ -91,12 +95,18 @@ void CtrlChannel::close() {
 }
 
 void CtrlChannel::start_connect(const std::shared_ptr<detail::CtrlChannelImpl>& impl, std::string host,
-                                std::uint16_t port, std::chrono::milliseconds timeout, connect_handler h) {
+                                std::uint16_t port, std::chrono::milliseconds timeout, std::uint8_t plane,
+                                connect_handler h) {
   if (impl->closed) {
     impl->complete(std::move(h), make_error_code(Status::CLOSED), "ctrl connect on a closed channel", 0u);
     return;
   }
-  runtime::asio::co_spawn(impl->ex, impl->connect(std::move(host), port, timeout, std::move(h)),
+  if (plane > detail::kMaxPlane) {
+    impl->complete(std::move(h), make_error_code(Status::INVALID_ARGUMENT),
+                   "ctrl connect: data transport " + std::to_string(plane) + " is not in [0, 15]", 0u);
+    return;
+  }
+  runtime::asio::co_spawn(impl->ex, impl->connect(std::move(host), port, timeout, plane, std::move(h)),
                           runtime::asio::detached);
 }
 

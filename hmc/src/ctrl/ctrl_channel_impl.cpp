@@ -39,11 +39,12 @@ bool CtrlChannelImpl::alive(std::uint32_t rank) const {
   return it != peers.end() && it->second->conn && it->second->conn->is_open();
 }
 
-void CtrlChannelImpl::add_peer(std::uint32_t rank, const std::shared_ptr<CtrlConnection>& conn) {
+void CtrlChannelImpl::add_peer(std::uint32_t rank, const std::shared_ptr<CtrlConnection>& conn, std::uint8_t plane) {
   auto& slot = peers[rank];
   // A rank that reconnects after a loss starts with a fresh inbox; a waiting receive's placeholder is kept.
   if (!slot || slot->ever_connected) slot = new_peer();
   slot->conn = conn;
+  slot->plane = plane;
   slot->ever_connected = true;
   std::weak_ptr<Peer> weak_peer = slot;
   std::weak_ptr<CtrlChannelImpl> weak_self = weak_from_this();

@@ -64,12 +64,14 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
     std::size_t inbox_bytes = 0;               // what inbox holds (or hands to a waiter), for inbox_budget
     bool ever_connected = false;               // false: a placeholder made by a receive that waits for the rank
     std::string lost_why;                      // how the last connection ended
+    std::uint8_t plane = 0;                    // the data transport its connection is for
   };
 
   // A TCP leg that was offered the Unix socket: it holds its rank until the client moves or stays.
   struct Pending {
     std::shared_ptr<CtrlConnection> conn;
     Nonce ticket;
+    std::uint8_t plane = 0;
   };
 
   struct ConnectResult {
@@ -99,7 +101,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   // ctrl_channel_impl.cpp
   ConnectionLimits limits() const;
   bool alive(std::uint32_t rank) const;
-  void add_peer(std::uint32_t rank, const std::shared_ptr<CtrlConnection>& conn);
+  void add_peer(std::uint32_t rank, const std::shared_ptr<CtrlConnection>& conn, std::uint8_t plane);
   void forget_old_losses(std::uint32_t just_lost);
   static std::string transport_name(const CtrlConnection& c);
   std::uint32_t own_heartbeat_ms() const;
@@ -134,6 +136,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
         : deadline(e, runtime::deadline_after(t)), timeout(t) {}
     HandshakeDeadline deadline;
     std::chrono::milliseconds timeout;  // what `deadline` is after the start, for messages
+    std::uint8_t plane = 0;             // the data transport the HELLOs name
     std::shared_ptr<CtrlConnection> track(std::shared_ptr<CtrlConnection> c) {
       deadline.watch(c);
       conns.push_back(c);
@@ -147,7 +150,7 @@ class CtrlChannelImpl : public std::enable_shared_from_this<CtrlChannelImpl> {
   asio::awaitable<ConnectResult> dial(std::string host, std::uint16_t port, Attempt& attempt);
   asio::awaitable<std::shared_ptr<CtrlConnection>> upgrade(const WelcomeMsg& w, Attempt& attempt, std::string& why_not);
   asio::awaitable<void> connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout,
-                                CtrlChannel::connect_handler h);
+                                std::uint8_t plane, CtrlChannel::connect_handler h);
 
   runtime::EventLoop& loop;
   runtime::loop_executor ex;

@@ -20,6 +20,7 @@ Status status_of_reject(RejectCode code) {
   switch (code) {
     case RejectCode::auth_failed: return Status::AUTH_FAILED;
     case RejectCode::busy: return Status::NOT_CONNECTED;
+    case RejectCode::transport: return Status::UNSUPPORT;
     default: return Status::PROTOCOL_ERROR;
   }
 }
@@ -159,7 +160,7 @@ asio::awaitable<CtrlChannelImpl::ConnectResult> CtrlChannelImpl::dial(std::strin
   const bool want_uds = opts.transport != CtrlTransport::tcp && local;
   HelloMsg hello;
   hello.rank = me;
-  hello.flags = want_uds ? kHelloMayUseUds : 0;
+  hello.flags = (want_uds ? kHelloMayUseUds : 0) | (std::uint32_t{attempt.plane} << kHelloPlaneShift);
   hello.heartbeat_ms = own_heartbeat_ms();
   hello.nonce = random_nonce();
   ClientResult hs = co_await client_handshake(conn, hello);
@@ -227,7 +228,7 @@ asio::awaitable<std::shared_ptr<CtrlConnection>> CtrlChannelImpl::upgrade(const 
   }
   HelloMsg hello;
   hello.rank = w.rank;
-  hello.flags = kHelloUpgrade;
+  hello.flags = kHelloUpgrade | (std::uint32_t{attempt.plane} << kHelloPlaneShift);
   hello.heartbeat_ms = own_heartbeat_ms();
   hello.nonce = random_nonce();
   hello.ticket = w.ticket;
@@ -245,10 +246,11 @@ asio::awaitable<std::shared_ptr<CtrlConnection>> CtrlChannelImpl::upgrade(const 
 }
 
 asio::awaitable<void> CtrlChannelImpl::connect(std::string host, std::uint16_t port, std::chrono::milliseconds timeout,
-                                               CtrlChannel::connect_handler h) {
+                                               std::uint8_t plane, CtrlChannel::connect_handler h) {
   auto self = shared_from_this();
   const std::string what = "ctrl connect to " + host + ":" + std::to_string(port);
   Attempt attempt(ex, timeout);
+  attempt.plane = plane;
   ConnectResult c = co_await dial(host, port, attempt);
   // A server that refused for load is asked again until the deadline: its handshakes finish, fail
   // or are evicted for newer ones. Backoff 20 ms doubling to 500 ms.
@@ -286,7 +288,7 @@ asio::awaitable<void> CtrlChannelImpl::connect(std::string host, std::uint16_t p
     complete(std::move(h), c.ec, c.why.empty() ? what : what + ": " + c.why, 0u);
     co_return;
   }
-  add_peer(c.server_rank, c.conn);
+  add_peer(c.server_rank, c.conn, plane);
   complete(std::move(h), error_code{}, what, c.server_rank);
 }
 

@@ -119,7 +119,7 @@ std::vector<std::byte> encode_reject(const RejectMsg& m) {
 std::string decode_reject(std::span<const std::byte> p, RejectMsg& out) {
   if (p.size() < 3) return "REJECT of " + std::to_string(p.size()) + " bytes";
   const auto code = std::to_integer<std::uint8_t>(p[0]);
-  if (code < 1 || code > static_cast<std::uint8_t>(RejectCode::protocol))
+  if (code < 1 || code > static_cast<std::uint8_t>(RejectCode::transport))
     return "REJECT with unknown code " + std::to_string(code);
   out.code = static_cast<RejectCode>(code);
   const std::size_t n = load_le16(p.data() + 1);

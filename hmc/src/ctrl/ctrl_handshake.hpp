@@ -36,7 +36,15 @@ inline constexpr const char* kRejectTlsRequired = "TLS required";
 // HELLO flags
 inline constexpr std::uint32_t kHelloMayUseUds = 1;  // client is on this host and may take a Unix socket
 inline constexpr std::uint32_t kHelloUpgrade = 2;    // this HELLO is on the Unix socket; `ticket` names the TCP leg
-inline constexpr std::uint32_t kHelloKnownFlags = kHelloMayUseUds | kHelloUpgrade;
+// Bits 8-11: the data transport the client chose for this connection (0: the server's default),
+// for the layer above; authenticated with the rest of the HELLO.
+inline constexpr std::uint32_t kHelloPlaneShift = 8;
+inline constexpr std::uint32_t kHelloPlaneMask = 0xF00;
+inline constexpr std::uint32_t kMaxPlane = kHelloPlaneMask >> kHelloPlaneShift;
+inline constexpr std::uint32_t kHelloKnownFlags = kHelloMayUseUds | kHelloUpgrade | kHelloPlaneMask;
+inline constexpr std::uint8_t hello_plane(std::uint32_t flags) {
+  return static_cast<std::uint8_t>((flags & kHelloPlaneMask) >> kHelloPlaneShift);
+}
 
 enum class RejectCode : std::uint8_t {
   auth_failed = 1,  // the proof did not verify
@@ -45,6 +53,7 @@ enum class RejectCode : std::uint8_t {
   busy = 4,         // too many connections or handshakes
   bad_ticket = 5,   // an upgrade for a TCP leg that is not pending
   protocol = 6,     // malformed or unexpected message
+  transport = 7,    // the server cannot serve the data transport the HELLO names
 };
 
 struct HelloMsg {

@@ -127,6 +127,7 @@ void CtrlChannelImpl::refuse(const std::shared_ptr<CtrlConnection>& conn, Reject
   ++(code == RejectCode::auth_failed                                   ? counters.refused_auth
      : code == RejectCode::rank_in_use || code == RejectCode::own_rank ? counters.refused_rank
      : code == RejectCode::busy                                        ? counters.refused_busy
+     : code == RejectCode::transport                                   ? counters.refused_transport
                                                                        : counters.refused_protocol);
   handshake_log->error("ctrl handshake from " + conn->remote() + " (" + transport_name(*conn) + ") rejected: " + why);
   conn->send(reject_frame(code, code == RejectCode::auth_failed ? "authentication failed" : why),
@@ -197,6 +198,13 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
   if (rank_in_use(rank))
     co_return refuse(conn, RejectCode::rank_in_use,
                      "HELLO with duplicate rank " + std::to_string(rank) + " (already connected)");
+  const std::uint8_t plane = hello_plane(hello.flags);
+  if (plane != 0) {
+    std::string why = handlers.admit_plane ? handlers.admit_plane(plane)
+                                           : "this side serves no data transport " + std::to_string(plane);
+    if (closed) co_return;
+    if (!why.empty()) co_return refuse(conn, RejectCode::transport, why);
+  }
   WelcomeMsg w;
   w.server_rank = self_rank.load();
   w.rank = rank;
@@ -209,10 +217,10 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
     w.ticket = random_nonce();
   }
   conn->send(hs.welcome(w), [](error_code) {});
-  if (!offer) co_return add_peer(rank, conn);
+  if (!offer) co_return add_peer(rank, conn, plane);
 
   // The client now either moves to the Unix socket (accept_upgrade claims the rank) or says STAY.
-  reserved[rank] = Pending{conn, w.ticket};
+  reserved[rank] = Pending{conn, w.ticket, plane};
   error_code ec;
   std::string problem;
   Frame f = co_await conn->read_frame(ec, problem);
@@ -228,7 +236,7 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
   if (f.header.type != FrameType::stay)
     co_return refuse(conn, RejectCode::protocol,
                      "expected STAY, got frame type " + std::to_string(static_cast<int>(f.header.type)));
-  add_peer(rank, conn);
+  add_peer(rank, conn, plane);
 }
 
 // An authenticated HELLO on the Unix socket quoting the ticket of a pending TCP leg: the Unix
@@ -236,10 +244,12 @@ asio::awaitable<void> CtrlChannelImpl::server_handshake(std::shared_ptr<CtrlConn
 void CtrlChannelImpl::accept_upgrade(const std::shared_ptr<CtrlConnection>& conn, const ServerHandshake& hs) {
   const HelloMsg& hello = hs.hello();
   auto it = reserved.find(hello.rank);
-  if (conn->transport() != "uds" || it == reserved.end() || !macs_equal(it->second.ticket, hello.ticket))
+  if (conn->transport() != "uds" || it == reserved.end() || !macs_equal(it->second.ticket, hello.ticket) ||
+      it->second.plane != hello_plane(hello.flags))
     return refuse(conn, RejectCode::bad_ticket,
                   "upgrade HELLO for rank " + std::to_string(hello.rank) + " with no matching TCP connection");
   auto tcp_leg = std::move(it->second.conn);
+  const std::uint8_t plane = it->second.plane;
   reserved.erase(it);
   tcp_leg->close(make_error_code(Status::CLOSED), "moved to the Unix socket");
   WelcomeMsg w;
@@ -248,7 +258,7 @@ void CtrlChannelImpl::accept_upgrade(const std::shared_ptr<CtrlConnection>& conn
   w.heartbeat_ms = heartbeat_for(hello.heartbeat_ms, own_heartbeat_ms());
   conn->set_heartbeat_interval(std::chrono::milliseconds(w.heartbeat_ms));
   conn->send(hs.welcome(w), [](error_code) {});
-  add_peer(hello.rank, conn);
+  add_peer(hello.rank, conn, plane);
 }
 
 void CtrlChannelImpl::stop_listening() {

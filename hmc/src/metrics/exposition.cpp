@@ -103,6 +103,7 @@ std::string exposition(const Sessions& sessions) {
     sample(out, "hmc_handshakes_refused_total", l + "\"rank\"", s.ctrl.refused_rank);
     sample(out, "hmc_handshakes_refused_total", l + "\"busy\"", s.ctrl.refused_busy);
     sample(out, "hmc_handshakes_refused_total", l + "\"protocol\"", s.ctrl.refused_protocol);
+    sample(out, "hmc_handshakes_refused_total", l + "\"transport\"", s.ctrl.refused_transport);
     sample(out, "hmc_handshakes_refused_total", l + "\"timeout\"", s.ctrl.refused_timeout);
   }
   family(out, "hmc_staging_copies_total", "counter", "Copies between device memory and pinned host buffers.");
