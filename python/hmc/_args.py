@@ -7,7 +7,7 @@ import operator
 import re
 
 from ._enums import ConnType, MemoryType
-from ._errors import InvalidArgumentError, UnsupportedError
+from ._errors import InvalidArgumentError
 from ._hmc import KvLayout
 
 U64_MAX = (1 << 64) - 1
@@ -151,23 +151,12 @@ def mem_type(value, name="mem_type"):
 
 
 def conn(value, name="conn"):
-    """ConnType.UCX or ConnType.RDMA (or their names). A session carries data over one transport:
-    RDMA given to connect/init_server picks the verbs transport for a session with no peer yet
-    (UnsupportedError when no RDMA device exists); on an operation it names the session's transport."""
+    """ConnType.UCX or ConnType.RDMA (or their names). connect(..., conn) chooses the transport to
+    that peer (UnsupportedError when this side or the server has no RDMA device); an operation's
+    conn must be its peer's (Session.check_conn, after the peer is resolved)."""
     if value is ConnType.UCX:
         return value
     return member(ConnType, value, name)
-
-
-def data_conn(value, session_conn, name="conn"):
-    """`conn` of a data operation: it must name the transport the session carries its data over
-    (session_conn() says which; asked only for RDMA, so UCX calls pay nothing)."""
-    c = conn(value, name)
-    if c == ConnType.RDMA and session_conn() != ConnType.RDMA:
-        raise UnsupportedError(f"{name}=ConnType.RDMA: this session carries its data over UCX (one transport per "
-                               "session: connect(..., conn=ConnType.RDMA), or init_server with only an rdma_port, "
-                               "picks RDMA for a session with no peer yet)")
-    return c
 
 
 def ip(value, name="ip"):
@@ -208,12 +197,12 @@ def peer(value, port_value=None, name="peer"):
     return ip(host, name), (None if port_value is None else port(port_value))
 
 
-def bias_and_conn(bias, conn_value, session_conn, default_conn=ConnType.UCX):
+def bias_and_conn(bias, conn_value, default_conn=ConnType.UCX):
     """The guides put `conn` and `bias` third in either order: put(ip, data, conn, bias) and
     put(ip, data, bias, conn). A ConnType in the bias position is the connection type."""
     if isinstance(bias, ConnType):
         bias, conn_value = (0 if conn_value is default_conn else conn_value), bias
-    return offset(bias, "bias"), data_conn(conn_value, session_conn)
+    return offset(bias, "bias"), conn(conn_value)
 
 
 def form(forms, args, kwargs, what):

@@ -1,6 +1,7 @@
 """The reference package's extra names, as thin aliases over the Session and its buffer (one
 code path: each name is a composition of the methods in session.py). Parameters and meaning
-follow the reference; its default conn was RDMA, ours is UCX (this build has no verbs transport).
+follow the reference; its default conn was RDMA, ours is UCX: an operation to a peer connected over
+RDMA names conn=ConnType.RDMA.
 """
 import ctypes
 import struct
@@ -58,11 +59,12 @@ class ReferenceSession:
         self._ctrl_uds_dir = _args.text(d, "d") or None
 
     def check_conn(self, ip, port=None, conn=ConnType.UCX):
-        """Whether a peer is connected at ip (and port) over `conn` (the session's one transport)."""
-        if _args.member(ConnType, conn, "conn") not in (ConnType.UCX, self._session_conn()):
-            return False
+        """Whether a peer is connected at ip (and port) over `conn`."""
+        conn = _args.member(ConnType, conn, "conn")
         try:
-            return self._rank(ip, port, wait=False) in self.peers()  # a disconnected peer's address may linger
+            rank = self._rank(ip, port, wait=False)
+            # a disconnected peer's address may linger
+            return rank in self.peers() and self._core.peer_conn(rank) == conn
         except NotConnectedError:
             return False
 
@@ -106,8 +108,7 @@ class ReferenceSession:
                             device=None, timeout=None):
         """buf.put(data) at local_off, then put_remote to remote_off; returns nbytes."""
         timeout = _args.timeout(timeout)
-        _args.data_conn(conn, self._session_conn)
-        rank = self._rank(ip, port)  # before staging: a bad peer leaves the buffer untouched
+        rank = self._peer(ip, port, conn=_args.conn(conn))  # before staging: a bad peer leaves the buffer untouched
         n = self.buf.put(data, local_off, device, nbytes=nbytes)
         return self._finish(self._rma_op(True, rank, None, local_off, remote_off, n, conn), timeout, lambda: n)
 
@@ -128,23 +129,23 @@ class ReferenceSession:
         """Streams buf_size bytes at send_buf_ptr (memory of buf_type) to a peer's recv_data_from,
         staged through both session buffers in two halves. Uses the control channel to that peer
         (do not ctrl_recv from it meanwhile) and the whole session buffer."""
-        _args.data_conn(conn, self._session_conn)
+        conn = _args.conn(conn)
         args = (_args.integer(send_buf_ptr, "send_buf_ptr", 1), _args.size(buf_size, "buf_size"),
                 _args.mem_type(buf_type, "buf_type"))
         _device_memory(args[2], "send_data_to")
-        return self._call(_Stream(self).send, self._rank(ip, port), *args)
+        return self._call(_Stream(self).send, self._peer(ip, port, conn=conn), *args)
 
     def recv_data_from(self, ip, port, recv_buf_ptr, buf_size, buf_type, flag_ptr, conn=ConnType.UCX):
         """Receives what the peer's send_data_to streams into recv_buf_ptr (room for buf_size bytes
         of buf_type memory); writes the byte count as a size_t at flag_ptr (0: none). The peer is
         found by ip (the reference's rule; port is accepted)."""
-        _args.data_conn(conn, self._session_conn)
+        conn = _args.conn(conn)
         if port is not None:
             _args.port(port)
         args = (_args.integer(recv_buf_ptr, "recv_buf_ptr", 1), _args.size(buf_size, "buf_size"),
                 _args.mem_type(buf_type, "buf_type"), _args.integer(flag_ptr, "flag_ptr"))
         _device_memory(args[2], "recv_data_from")
-        return self._call(_Stream(self).recv, self._rank(ip), *args)
+        return self._call(_Stream(self).recv, self._peer(ip, conn=conn), *args)
 
 
 def _device_memory(mem_type, what):

@@ -196,9 +196,6 @@ class Session(ReferenceSession):
     def _future(self, op):
         return Future(op, None, self.timeout + 1.0)
 
-    def _session_conn(self):
-        return ConnType(self._core.conn_type())
-
     # -- connection -----------------------------------------------------------------------------
     def init_server(self, *args, **kwargs):
         """Two forms: init_server(bind_ip, ucx_port, rdma_port, ctrl_tcp_port, self_id, ctrl_uds_dir=None)
@@ -280,15 +277,20 @@ class Session(ReferenceSession):
         return self._core.stats()
 
     def transports(self, peer):
+        """What carries the data to peer: 'rc' ('rc-emulated') over RDMA, UCX's transports (e.g.
+        'posix,cma', 'tcp') over UCX; ' (staged)' when device memory goes through host buffers."""
         return self._core.transports(self._rank(peer, wait=False))
+
+    def conn_of(self, peer):
+        """The ConnType carrying peer's data: the one its client named in connect(..., conn)."""
+        return ConnType(self._core.peer_conn(self._rank(peer, wait=False)))
 
     def disconnect(self, peer, port=None, conn=ConnType.UCX):
         """Drops one peer: disconnect(ip, port, conn) (reference), disconnect(ip, conn) (SDK guide),
-        or a rank / 'ip:port'."""
+        or a rank / 'ip:port'. conn must be the peer's; connect again with either conn."""
         if isinstance(port, ConnType):
             port, conn = None, port
-        _args.data_conn(conn, self._session_conn)
-        return self._call(self._core.disconnect, self._rank(peer, port, wait=False))
+        return self._call(self._core.disconnect, self._peer(peer, port, False, _args.conn(conn)))
 
     def close_server(self):
         """Stops the control listener; connected peers keep working (close() ends everything)."""
@@ -427,28 +429,28 @@ class Session(ReferenceSession):
         if _is_count(ip) and isinstance(size, (str, tuple)):
             ip, size = size, ip
         timeout = _args.timeout(timeout)
-        bias, _ = _args.bias_and_conn(bias, conn, self._session_conn)
+        bias, conn = _args.bias_and_conn(bias, conn)
         size = _args.size(size, "size")
-        op = self._core.rma(False, self._rank(ip), bias, bias, size, self._notify)
+        op = self._core.rma(False, self._peer(ip, conn=conn), bias, bias, size, self._notify)
         return self._finish(op, timeout, lambda: self._core.read_bytes(bias, size))
 
     def get_into(self, ip, dest, bias=0, conn=ConnType.UCX, size=None, timeout=None):
         """Gets into dest (writable array/tensor/bytearray; a CUDA tensor; or a RegisteredBuffer:
         zero-copy); size defaults to all of dest. Returns nbytes."""
         timeout = _args.timeout(timeout)
-        bias, _ = _args.bias_and_conn(bias, conn, self._session_conn)
+        bias, conn = _args.bias_and_conn(bias, conn)
         size = _args.optional_size(size, "size")
         if isinstance(dest, RegisteredBuffer):
             n = _fits(dest.nbytes, size)
-            op = self._core.registered_rma(False, dest._reg, 0, self._rank(ip), bias, n, self._notify)
+            op = self._core.registered_rma(False, dest._reg, 0, self._peer(ip, conn=conn), bias, n, self._notify)
             return self._finish(op, timeout, lambda: n)
         if _payload.device_of(dest) is not None:
             n = _fits(_payload.nbytes(dest), size)
-            op = self._core.rma(False, self._rank(ip), bias, bias, n, self._notify)
+            op = self._core.rma(False, self._peer(ip, conn=conn), bias, bias, n, self._notify)
             return self._finish(op, timeout, lambda: self.buf.get_into(dest, n, bias, "cuda"))
         dst = _payload.destination(dest, "dest")
         n = _fits(_payload.nbytes(dst), size)
-        op = self._core.rma(False, self._rank(ip), bias, bias, n, self._notify)
+        op = self._core.rma(False, self._peer(ip, conn=conn), bias, bias, n, self._notify)
         return self._finish(op, timeout, lambda: self._core.read_into(dst, n, bias))
 
     def register(self, obj):
@@ -504,6 +506,13 @@ class Session(ReferenceSession):
                 raise
         return self._peer_at(where, port)
 
+    def _peer(self, peer, port=None, wait=True, conn=_UCX):
+        """_rank(), and the peer must be carried by `conn` (an InvalidArgumentError naming both
+        otherwise; no lock is taken while no peer is on RDMA)."""
+        rank = self._rank(peer, port, wait)
+        self._core.check_conn(rank, conn)
+        return rank
+
     def _serving(self):
         try:
             self._core.ctrl_port()
@@ -516,19 +525,19 @@ class Session(ReferenceSession):
         return self._core.wait_peer_at(where, port, self.timeout)
 
     def _rma_op(self, is_put, ip, port, local_off, remote_off, nbytes, conn, wait=True, notify=None):
-        _args.data_conn(conn, self._session_conn)
+        conn = _args.conn(conn)
         local_off, remote_off = _args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off")
         nbytes = _args.size(nbytes, "nbytes")
         if notify is not None:
-            return self._core.put_notify(self._rank(ip, port, wait), local_off, remote_off, nbytes, notify,
+            return self._core.put_notify(self._peer(ip, port, wait, conn), local_off, remote_off, nbytes, notify,
                                          self._notify)
-        return self._core.rma(is_put, self._rank(ip, port, wait), local_off, remote_off, nbytes, self._notify)
+        return self._core.rma(is_put, self._peer(ip, port, wait, conn), local_off, remote_off, nbytes, self._notify)
 
     def _batch_op(self, is_put, peer, segments, conn, tag=None):
-        _args.data_conn(conn, self._session_conn)
+        conn = _args.conn(conn)
         array = _args.segment_array(segments)
         if array is not None:
-            return self._core.batch_array(is_put, self._rank(peer), array, self._notify, tag)
+            return self._core.batch_array(is_put, self._peer(peer, conn=conn), array, self._notify, tag)
         if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
             raise InvalidArgumentError("segments must be a list of (local_off, remote_off, nbytes)")
         segs = []
@@ -537,29 +546,29 @@ class Session(ReferenceSession):
                 raise InvalidArgumentError(f"segments[{i}] must be (local_off, remote_off, nbytes), not {seg!r}")
             segs.append((_args.offset(seg[0], f"segments[{i}] local_off"),
                          _args.offset(seg[1], f"segments[{i}] remote_off"), _args.size(seg[2], f"segments[{i}] nbytes")))
-        return self._core.batch(is_put, self._rank(peer), segs, self._notify, tag)
+        return self._core.batch(is_put, self._peer(peer, conn=conn), segs, self._notify, tag)
 
     def _blocks_op(self, is_put, peer, layout, src_ids, dst_ids, remote_layout, conn, memory, tag=None):
-        _args.data_conn(conn, self._session_conn)
+        conn = _args.conn(conn)
         layout = _args.kv_layout(layout, "layout")
         remote = layout if remote_layout is None else _args.kv_layout(remote_layout, "remote_layout")
         src, dst = _args.block_ids(src_ids, "src_ids"), _args.block_ids(dst_ids, "dst_ids")
         if memory is not None and not isinstance(memory, RegisteredBuffer):
             raise InvalidArgumentError(f"memory must be a RegisteredBuffer (Session.register), not {type(memory).__name__}")
         reg = None if memory is None else memory._reg
-        return self._core.blocks(is_put, self._rank(peer), layout, src, remote, dst, reg, self._notify, tag)
+        return self._core.blocks(is_put, self._peer(peer, conn=conn), layout, src, remote, dst, reg, self._notify, tag)
 
     def _pipeline_op(self, is_put, peer, local_off, remote_off, nbytes, chunk, max_inflight, conn):
-        _args.data_conn(conn, self._session_conn)
+        conn = _args.conn(conn)
         args = (_args.offset(local_off, "local_off"), _args.offset(remote_off, "remote_off"),
                 _args.size(nbytes, "nbytes"), _args.size(chunk, "chunk"),
                 _args.integer(max_inflight, "max_inflight", 1, 1 << 20))
-        return self._core.pipeline(is_put, self._rank(peer), *args, self._notify)
+        return self._core.pipeline(is_put, self._peer(peer, conn=conn), *args, self._notify)
 
     def _put_op(self, ip, data, bias, conn, size, notify=None):
         """Checks everything, then stages data at `bias` (unless registered) and starts the put
         (with its notify message, if any)."""
-        bias, _ = _args.bias_and_conn(bias, conn, self._session_conn)
+        bias, conn = _args.bias_and_conn(bias, conn)
         size = _args.optional_size(size, "size")
 
         def start(rank, n):
@@ -570,16 +579,18 @@ class Session(ReferenceSession):
         if isinstance(data, RegisteredBuffer):
             n = _fits(data.nbytes, size)
             if notify is None:
-                return self._core.registered_rma(True, data._reg, 0, self._rank(ip), bias, n, self._notify), n
-            return self._core.registered_put_notify(data._reg, 0, self._rank(ip), bias, n, notify, self._notify), n
+                return self._core.registered_rma(True, data._reg, 0, self._peer(ip, conn=conn), bias, n,
+                                                 self._notify), n
+            return self._core.registered_put_notify(data._reg, 0, self._peer(ip, conn=conn), bias, n, notify,
+                                                    self._notify), n
         if _payload.device_of(data) is not None:
-            rank = self._rank(ip)
+            rank = self._peer(ip, conn=conn)
             n = self.buf.put(data, bias, "cuda", nbytes=size)
             return start(rank, n), n
         src = _payload.source(data, "data")
         if size is not None:
             src = _payload.prefix(src, size, "size")
-        rank = self._rank(ip)  # before staging: a bad peer leaves the buffer untouched
+        rank = self._peer(ip, conn=conn)  # before staging: a bad peer leaves the buffer untouched
         n = self._core.write(src, bias)
         return start(rank, n), n
 

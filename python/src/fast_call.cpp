@@ -121,6 +121,7 @@ bool SessionHandle::rma_wait(bool is_put, py::handle peer, py::handle port, py::
   py::gil_scoped_release release;
   const auto rank = rank_of(*s, *a);
   if (!rank) return false;
+  s->check_conn(*rank, ConnType::UCX);  // the fast path is the default conn's
   is_put ? s->put(*rank, a->local, a->remote, a->size) : s->get(*rank, a->local, a->remote, a->size);
   return true;
 }
@@ -138,6 +139,7 @@ py::object SessionHandle::rma_start(bool is_put, py::handle peer, py::handle por
     SessionCall s = use();
     const auto rank = rank_of(*s, *a);
     if (!rank) return py::none();
+    s->check_conn(*rank, ConnType::UCX);  // the fast path is the default conn's
     auto start = [is_put, rank = *rank, l = a->local, r = a->remote, n = a->size](
                      Session& session, const std::shared_ptr<OpCompletion>& c) {
       is_put ? session.async_put(rank, l, r, n, completer(c)) : session.async_get(rank, l, r, n, completer(c));

@@ -108,7 +108,6 @@ void bind_session(py::module_& m) {
              h.blocking([&](Session& s) { s.wait_peer(rank, to_ms(timeout, s.options().timeout, "timeout")); });
            })
       .def("rank", [](SessionHandle& h) { return h.use()->rank(); })
-      .def("conn_type", [](SessionHandle& h) { return static_cast<int>(h.use()->conn_type()); })
       .def("ctrl_port", [](SessionHandle& h) { return h.use()->ctrl_port(); })
       .def("peers", [](SessionHandle& h) { return h.use()->peers(); })
       .def("resolve", [](SessionHandle& h, const std::string& ip,
@@ -119,6 +118,9 @@ void bind_session(py::module_& m) {
                  [&](Session& s) { return s.wait_peer_at(ip, port, to_ms(timeout, s.options().timeout, "timeout")); });
            })
       .def("transports", [](SessionHandle& h, std::uint32_t rank) { return h.use()->transports(rank); })
+      .def("peer_conn", [](SessionHandle& h, std::uint32_t rank) { return static_cast<int>(h.use()->peer_conn(rank)); })
+      .def("check_conn", [](SessionHandle& h, std::uint32_t rank,
+                            int conn) { h.use()->check_conn(rank, static_cast<ConnType>(conn)); })
       .def("native_memory_types",
            [](SessionHandle& h) {
              std::vector<int> out;

@@ -2,12 +2,15 @@
 socket of their own for the benchmark's protocol) as a driver: the same hmc calls with the same
 arguments, in the same order. Differences: each size gets its own fill byte and the server checks
 every byte of it (the app checks 64); the RDMA case is dropped, saying so, where no RDMA device
-exists. Usage: --role server|client --port-base P --uds-dir D [--sizes 64,4k,1m] [--iters N]."""
+exists and the emulated fabric is not asked for. --role both runs the server in a thread of the
+client's process: the emulated fabric (HMC_VERBS_EMULATION=1) reaches only within one process.
+Usage: --role server|client|both --port-base P --uds-dir D [--sizes 64,4k,1m] [--iters N]."""
 import argparse
 import os
 import socket
 import struct
 import sys
+import threading
 import time
 
 import hmc
@@ -50,11 +53,13 @@ def new_session(args):
     return sess
 
 
-def server(args):
+def server(args, listening=None):
     sess = new_session(args)
     sess.init_server(bind_ip="127.0.0.1", ucx_port=args.port_base, rdma_port=args.port_base + 1,
                      ctrl_tcp_port=args.port_base + 3, self_id=0, ctrl_uds_dir=args.uds_dir)
     listener = socket.create_server(("127.0.0.1", args.port_base + 2))
+    if listening is not None:
+        listening.set()
     conn, _ = listener.accept()
     failures = 0
     try:
@@ -89,7 +94,9 @@ def client(args):
     ctrl = socket.create_connection(("127.0.0.1", args.port_base + 2))
     send_msg(ctrl, f"HELLO client={socket.gethostname()} server=127.0.0.1 gpu=0".encode())
     cases = [("rdma", hmc.ConnType.RDMA, args.port_base + 1), ("ucx", hmc.ConnType.UCX, args.port_base)]
-    if not rdma_devices():
+    if os.environ.get("HMC_VERBS_EMULATION") == "1":
+        print("[client] RDMA over the emulated fabric", flush=True)
+    elif not rdma_devices():
         print("[client] no RDMA device (/sys/class/infiniband is empty): the rdma case is dropped", flush=True)
         cases = cases[1:]
     seq = 0
@@ -122,7 +129,7 @@ def client(args):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--role", choices=["server", "client"], required=True)
+    ap.add_argument("--role", choices=["server", "client", "both"], required=True)
     ap.add_argument("--port-base", type=int, required=True)
     ap.add_argument("--uds-dir", required=True)
     ap.add_argument("--sizes", type=parse_sizes, default=parse_sizes("64,256,1k,4k,64k,1m,4m,16m"))
@@ -130,6 +137,16 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     args = ap.parse_args()
+    if args.role == "both":
+        served, listening = [], threading.Event()
+        thread = threading.Thread(target=lambda: served.append(server(args, listening)), daemon=True)
+        thread.start()
+        if not listening.wait(30):
+            print("[client] the server thread did not start listening", flush=True)
+            return 1
+        rc = client(args)
+        thread.join(60)
+        return rc or (served[0] if served else 1)
     return server(args) if args.role == "server" else client(args)
 
 

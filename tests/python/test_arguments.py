@@ -135,20 +135,31 @@ def test_bad_call_arguments(lone, call, name):
     assert "incompatible function arguments" not in str(info.value)
 
 
-def test_rdma_is_unsupported_for_every_data_call(lone):
-    rdma = hmc.ConnType.RDMA
-    calls = [lambda: lone.put("127.0.0.1", b"x", conn=rdma), lambda: lone.get("127.0.0.1", 1, conn=rdma),
-             lambda: lone.get_into("127.0.0.1", bytearray(1), conn=rdma),
-             lambda: lone.put_remote("127.0.0.1", 1, 0, 0, 1, rdma), lambda: lone.get_nb("127.0.0.1", 1, 0, 0, 1, rdma),
-             lambda: lone.put_batch(0, [(0, 0, 1)], conn=rdma), lambda: lone.get_pipeline(0, 0, 0, 1, conn=rdma),
-             lambda: lone.buffer_put_then_put("127.0.0.1", 1, b"x", conn=rdma),
-             lambda: lone.get_then_buffer_get_into("127.0.0.1", 1, bytearray(1), conn=rdma),
-             lambda: lone.send_data_to("127.0.0.1", 1, 8, 8, hmc.MemoryType.CPU, rdma),
-             lambda: lone.connect("127.0.0.1", 1, conn=rdma), lambda: lone.connect(0, 1, "127.0.0.1", 1, 1, rdma)]
+def test_rdma_on_a_peer_connected_over_ucx_is_refused_by_every_data_call(shared_client):
+    """Every data call checks its conn against the peer's before anything is sent or staged."""
+    c, rdma, port = shared_client, hmc.ConnType.RDMA, 18515
+    c.buf.put(b"kept", offset=0)
+    calls = [lambda: c.put("127.0.0.1", b"x", conn=rdma), lambda: c.get("127.0.0.1", 1, conn=rdma),
+             lambda: c.get_into("127.0.0.1", bytearray(1), conn=rdma), lambda: c.put("127.0.0.1", b"x", rdma, 0),
+             lambda: c.put_remote("127.0.0.1", port, 0, 0, 1, rdma), lambda: c.get_nb("127.0.0.1", port, 0, 0, 1, rdma),
+             lambda: c.put_batch(0, [(0, 0, 1)], conn=rdma), lambda: c.get_pipeline(0, 0, 0, 1, conn=rdma),
+             lambda: c.buffer_put_then_put("127.0.0.1", port, b"x", conn=rdma),
+             lambda: c.get_then_buffer_get_into("127.0.0.1", port, bytearray(1), conn=rdma),
+             lambda: c.send_data_to("127.0.0.1", port, 8, 8, hmc.MemoryType.CPU, rdma),
+             lambda: c.disconnect("127.0.0.1", port, rdma)]
     for call in calls:
-        with pytest.raises(hmc.UnsupportedError, match="RDMA"):
+        with pytest.raises(hmc.InvalidArgumentError, match="conn=ConnType.RDMA, but rank 0 is connected over ConnType.UCX"):
             call()
-    assert lone.check_conn("127.0.0.1", 1, rdma) is False
+    assert c.buf.get_bytes(0, 4) == b"kept"  # nothing was staged
+    assert c.check_conn("127.0.0.1", port, rdma) is False and c.check_conn("127.0.0.1", port) is True
+    assert c.conn_of(0) == hmc.ConnType.UCX and c.peers() == [0]
+
+
+def test_rdma_without_a_device_is_unsupported_and_says_why(lone):
+    for call in (lambda: lone.connect("127.0.0.1", 1, conn=hmc.ConnType.RDMA),
+                 lambda: lone.connect(0, 1, "127.0.0.1", 1, 1, hmc.ConnType.RDMA)):
+        with pytest.raises(hmc.UnsupportedError, match="no RDMA device found"):
+            call()
 
 
 def test_the_package_has_no_emulated_rdma_fabric(tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ def test_bad_inputs_raise_typed_errors(client):
         client.put_remote("10.9.9.9", 1, 0, 0, 1)
     with pytest.raises(hmc.NotConnectedError):
         client.ctrl_send(7, 1)
-    with pytest.raises(hmc.UnsupportedError):
+    with pytest.raises(hmc.InvalidArgumentError, match="conn=ConnType.RDMA, but rank 0 is connected over ConnType.UCX"):
         client.put_remote("127.0.0.1", 18515, 0, 0, 1, conn=hmc.ConnType.RDMA)
     with pytest.raises(hmc.InvalidArgumentError):
         client.ctrl_send(0, -1)

@@ -61,7 +61,7 @@ def test_extern_logger_gets_cpp_log_lines_on_the_callback_thread(tmp_path):
 
     def logger(level, message):
         lines.append((level, message, threading.current_thread().name))
-        if "rdma_port" in message:
+        if "listening on" in message:
             got.set()
 
     before = hmc.get_log_level()
@@ -69,13 +69,13 @@ def test_extern_logger_gets_cpp_log_lines_on_the_callback_thread(tmp_path):
     assert hmc.set_extern_logger(logger) == 0
     try:
         with hmc.create_session(buffer_size=4096, ctrl_uds_dir=str(tmp_path)) as s:
-            s.init_server("127.0.0.1", 2025, 2026, 0, 0)  # the README's form: RDMA port given
+            s.init_server("127.0.0.1", 2025, 2026, 0, 0)  # the README's form
             assert got.wait(10)
     finally:
         hmc.set_extern_logger(None)
         hmc.set_log_level(before)
-    level, message, thread = next(line for line in lines if "rdma_port" in line[1])
-    assert level == 1 and "this session serves UCX" in message and thread == "hmc-callbacks"
+    level, message, thread = next(line for line in lines if "listening on" in line[1])
+    assert level == 1 and "ctrl rank 0 listening on 127.0.0.1" in message and thread == "hmc-callbacks"
 
 
 def test_last_error_message_is_per_thread():
@@ -173,7 +173,7 @@ def test_send_data_to_and_recv_data_from(server, tls, nbytes):
         command(c, op="exit")
 
 
-def test_readme_server_with_an_rdma_port_serves_ucx(tls):
+def test_readme_server_with_both_ports_serves_a_ucx_client_by_its_ucx_port(tls):
     server = ServerProcess("blocking", tls, rdma_port=2026)
     try:
         with hmc.create_session(**session_kwargs(tls, server.uds_dir)) as c:
@@ -182,7 +182,7 @@ def test_readme_server_with_an_rdma_port_serves_ucx(tls):
             n = c.buf.put(b"hello hmc", offset=0)
             c.put_remote("127.0.0.1", 18515, local_off=0, remote_off=0, nbytes=n, conn=UCX)
             assert command(c, op="sha", offset=0, nbytes=n).decode() == sha(b"hello hmc")
-            with pytest.raises(hmc.UnsupportedError, match="RDMA"):
+            with pytest.raises(hmc.InvalidArgumentError, match="connected over ConnType.UCX"):
                 c.put_remote("127.0.0.1", 18515, 0, 0, n, conn=hmc.ConnType.RDMA)
             command(c, op="exit")
     finally:

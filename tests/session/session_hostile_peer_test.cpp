@@ -138,7 +138,8 @@ class RawCtrlPeer {
                                             got_info_ = true;
                                             info_.set_value(std::vector<std::byte>(m.bytes().begin(), m.bytes().end()));
                                           }
-                                        }});
+                                        },
+                                        {}});
   }
   ~RawCtrlPeer() { channel_.reset(); }
   // Connects to the server and returns its decoded peer info.

@@ -502,23 +502,22 @@ TEST(SessionLarge, BuffersOfFourGiBAndMoreUse64BitOffsets) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(SessionConfig, AUcxServerIgnoresItsRdmaPortAndRefusesRdma) {
+TEST(SessionConfig, AServerGivenBothPortsDefaultsToUcxAndOpensNoRdmaDeviceUntilAClientAsks) {
   const std::string dir = test::temp_dir();
   Session s(test::session_options("", runtime::ProgressMode::event, 4096, dir));
-  // A server given both ports (the reference README's form) serves UCX and says why at info level.
+  // The reference README's form: both ports. Nothing about RDMA happens (or is logged) until an
+  // RDMA client connects (tests/verbs: MixedSession, MixedConfig).
   std::vector<std::string> lines;
   const auto level = runtime::log_level();
-  runtime::set_log_level(runtime::LogLevel::info);
-  runtime::set_log_hook([&](runtime::LogLevel l, std::string_view m) {
-    if (l == runtime::LogLevel::info && m.find("RDMA") != std::string_view::npos) lines.emplace_back(m);
+  runtime::set_log_level(runtime::LogLevel::debug);
+  runtime::set_log_hook([&](runtime::LogLevel, std::string_view m) {
+    if (m.find("RDMA") != std::string_view::npos || m.find("verbs") != std::string_view::npos) lines.emplace_back(m);
   });
   s.init_server("127.0.0.1", 1, 2026, 0, 0, dir);
   runtime::set_log_hook({});
   runtime::set_log_level(level);
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("rdma_port 2026 ignored: this session serves UCX"), std::string::npos);
-  // One transport per session: it serves UCX now, so RDMA is refused (tests/verbs covers RDMA).
-  EXPECT_THROW(s.connect(0, 1, "127.0.0.1", 1, 1, ConnType::RDMA), InvalidArgumentError);
+  EXPECT_TRUE(lines.empty()) << lines.front();
+  EXPECT_EQ(s.conn_type(), ConnType::UCX);
   EXPECT_THROW(s.put(0, 0, 0, 1), NotConnectedError);
   EXPECT_THROW(s.ctrl_send(0, 1), NotConnectedError);
   std::filesystem::remove_all(dir);

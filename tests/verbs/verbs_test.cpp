@@ -66,7 +66,7 @@ class VerbsSession : public ::testing::TestWithParam<const char*> {
   void start(std::chrono::milliseconds timeout) {
     server = std::make_unique<Session>(rdma_options(emulated(), dir, timeout));
     server->init_server("127.0.0.1", 0, kRdmaPort, 0, 0, dir);  // only an rdma_port: it serves RDMA
-    // The client starts as a UCX session: connect(..., RDMA) picks the verbs transport.
+    // The client is a UCX session by default: connect(..., RDMA) sets up verbs for this peer.
     SessionOptions co = rdma_options(emulated(), dir, timeout);
     co.conn_type = ConnType::UCX;
     client = std::make_unique<Session>(co);
@@ -93,8 +93,10 @@ class VerbsSession : public ::testing::TestWithParam<const char*> {
 };
 
 TEST_P(VerbsSession, ConnectsOverRdma) {
-  EXPECT_EQ(client->conn_type(), ConnType::RDMA);
-  EXPECT_EQ(server->conn_type(), ConnType::RDMA);
+  EXPECT_EQ(client->conn_type(), ConnType::UCX);  // its default; this peer is on RDMA
+  EXPECT_EQ(client->peer_conn(0), ConnType::RDMA);
+  EXPECT_EQ(server->conn_type(), ConnType::RDMA);  // only an rdma_port
+  EXPECT_EQ(server->peer_conn(1), ConnType::RDMA);
   EXPECT_EQ(client->transports(0), emulated() ? "rc-emulated" : "rc");
   EXPECT_EQ(client->resolve_peer("127.0.0.1", kRdmaPort), 0u);  // known by its rdma_port
 }

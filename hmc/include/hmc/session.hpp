@@ -68,8 +68,9 @@ struct SessionOptions {
   // Zero keeps UCX's defaults and UCX_* variables.
   std::chrono::milliseconds ucx_keepalive{10000};
   bool fast_ctrl = true;  // once a peer's data connection is up, send control messages over it
-  // The data transport (docs/transports.md "Verbs transport"): one per session. connect(..., RDMA) or
-  // init_server with only an rdma_port also pick RDMA for a session that has no peer yet.
+  // The default data transport (docs/transports.md): what init_server serves first and what a connect
+  // that names none uses. A session serves UCX and, where an RDMA device (or the emulation) exists,
+  // RDMA at once; each client chooses one per connection. RDMA here opens the device at construction.
   ConnType conn_type = ConnType::UCX;
   std::string rdma_device;   // RDMA device (e.g. "mlx5_0"); empty: HMC_RDMA_DEVICE, else the first
   int rdma_device_port = 0;  // its port; 0: HMC_RDMA_PORT, else 1
@@ -114,16 +115,18 @@ class Session {
 
   // Server role (reference names): control listener on ctrl_tcp_port (0: any free port) and its
   // Unix socket in ctrl_uds_dir. ucx_port / rdma_port is how clients address this session in
-  // (ip, port) terms; endpoints and QPs themselves are set up through the control channel. A session
-  // serves one transport: RDMA when it was created with conn_type RDMA or only rdma_port is given
-  // (then rdma_port is its data port), else UCX (a non-zero rdma_port is then logged as ignored).
+  // (ip, port) terms: a UCX client by ucx_port, an RDMA client by rdma_port (a port given as 0 is the
+  // other's). Endpoints and QPs themselves are set up through the control channel. The session serves
+  // UCX and RDMA at once, each client choosing (connect's conn); RDMA is set up for the first RDMA
+  // client, and one is refused with the reason when no RDMA device exists. Only rdma_port given
+  // makes RDMA the default and opens the device now.
   void init_server(const std::string& bind_ip, std::uint16_t ucx_port, std::uint16_t rdma_port,
                    std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir = {});
   std::uint16_t ctrl_port() const;  // the bound control port
 
   // SDK form (the Python guide): rank 0, listening on ip:ctrl_port, the one public port; clients
   // that connect with the SDK form get ranks 1, 2, ... in the order they connect.
-  // conn RDMA picks the verbs transport for a session with no peer yet (UCX: the session's own).
+  // conn is the default transport (RDMA opens the device now); clients choose theirs either way.
   void init_server(const std::string& ip, std::uint16_t ctrl_port, ConnType conn = ConnType::UCX);
   // Stops accepting new peers; connected peers keep working both ways (close() ends everything).
   void close_server();
@@ -132,8 +135,9 @@ class Session {
   void set_local_ip(const std::string& ip);
 
   // Client role: control connection + data connection both ways; returns the peer's rank (= peer_id).
-  // conn RDMA picks the verbs transport for a session with no peer yet (InvalidArgumentError on a
-  // session already serving UCX); conn UCX, the default, keeps the session's transport.
+  // conn: the data transport to this peer, sent in the authenticated handshake; a server that cannot
+  // serve it refuses with its reason (UnsupportedError), as does this side without an RDMA device.
+  // Peers of one session may use different transports; disconnect() and connect again to change one.
   // `timeout` bounds the whole connect (default: options().timeout); a refused connection is retried
   // until then, and a warning every 5 s says whom the call is still waiting for.
   std::uint32_t connect(std::uint32_t peer_id, std::uint32_t self_id, const std::string& peer_ip,
@@ -158,9 +162,16 @@ class Session {
   // client that has not connected yet. TimeoutError, or resolve_peer's InvalidArgumentError.
   std::uint32_t wait_peer_at(const std::string& ip, std::optional<std::uint16_t> data_port,
                              std::chrono::milliseconds timeout);
-  // The transport carrying this session's data (it changes only before the first peer).
+  // The default data transport (SessionOptions::conn_type, or RDMA for init_server with only an rdma_port).
   ConnType conn_type() const noexcept { return conn_type_.load(std::memory_order_relaxed); }
-  // Memory types the session's transport moves itself (UCX: ucp_context_query; verbs: host memory);
+  // The transport carrying `rank`'s data (its client's choice); NotConnectedError when not connected.
+  // Any thread, no loop hop.
+  ConnType peer_conn(std::uint32_t rank) const;
+  // For APIs that name the transport with each operation: InvalidArgumentError naming both when
+  // `conn` does not carry `rank`; nothing for a rank not connected (the operation says so). Takes
+  // no lock while no peer is on RDMA.
+  void check_conn(std::uint32_t rank, ConnType conn) const;
+  // Memory types the default transport moves itself (UCX: ucp_context_query; verbs: host memory);
   // device memory of any other type (the session buffer, registered memory) is staged through
   // pinned host bounce buffers.
   std::vector<MemoryType> native_memory_types() const;
@@ -403,8 +414,9 @@ class Session {
 
  private:
   void wait_ready(std::uint32_t rank, std::chrono::milliseconds timeout, bool dialled);
-  std::uint32_t dial(const std::string& ip, std::uint16_t ctrl_port, std::optional<std::uint32_t> peer_id,
-                     std::optional<std::uint16_t> data_port, std::optional<std::chrono::milliseconds> timeout);
+  std::uint32_t dial(const std::string& ip, std::uint16_t ctrl_port, ConnType conn,
+                     std::optional<std::uint32_t> peer_id, std::optional<std::uint16_t> data_port,
+                     std::optional<std::chrono::milliseconds> timeout);
   // One segment travels by value (nothing allocated per operation), a batch as its vector.
   static std::span<const Segment> segments_of(const Segment& s) noexcept { return {&s, 1}; }
   static std::span<const Segment> segments_of(const std::vector<Segment>& v) noexcept { return v; }

@@ -9,12 +9,30 @@
 
 namespace hmc::detail {
 
+// A peer's transport is the one its client named in the handshake, built before the connection
+// came up (connect() on this side, admit_plane on a server). False when it is not to be had.
+bool SessionImpl::route(std::uint32_t rank) {
+  if (transport->plane_of(rank)) return true;
+  const std::uint8_t plane = ctrl->plane_of(rank);
+  if (!transport->built(plane)) {
+    log().error("rank {} connected for data transport {}, which this session has not set up; dropping it{}", rank,
+                plane, peer_fields(rank, "connect", Status::UNSUPPORT));
+    ctrl->disconnect(rank);
+    return false;
+  }
+  transport->assign(rank, plane);
+  set_peer_conn(rank, conn_of(plane));
+  return true;
+}
+
 // A control connection came up: send the peer what it needs to reach our buffer.
 void SessionImpl::peer_up(std::uint32_t rank) {
-  if (closed || !transport) return;
+  if (closed || !transport || !route(rank)) return;
+  const std::uint8_t plane = *transport->plane_of(rank);
   linked[rank] = Loss{};
   lost.erase(rank);
-  const auto info = transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port, bind_ip});
+  const auto info =
+      transport->local_info(rank, LocalAddress{ctrl->rank(), advertised_ip, data_port.at(plane), bind_ip});
   ctrl->async_send(rank, CtrlMessage::from_transport(info), [rank](std::exception_ptr e) {
     if (e)
       log().warn("could not send the data-plane peer info to rank {}{}", rank,
@@ -31,6 +49,7 @@ void SessionImpl::peer_info(std::uint32_t rank, const CtrlMessage& m) {
   if (closed || !transport) return;
   if (m.bytes().size() == kSwitch.size() && std::equal(kSwitch.begin(), kSwitch.end(), m.bytes().begin()))
     return fast_switch(rank);
+  if (!route(rank)) return;  // its info may overtake our peer_up
   if (transport->peer(rank) == nullptr) transport->set_peer_host(rank, ctrl->remote_host(rank));
   std::string why = transport->peer(rank) != nullptr ? "a second peer info for a live connection"
                                                      : transport->add_peer(rank, m.bytes());
@@ -73,6 +92,7 @@ void SessionImpl::peer_down(std::uint32_t rank, const std::string& how) {
   departing.erase(rank);
   if (goodbye_waiting.erase(rank) != 0) maybe_finish_close();
   dialed.erase(rank);
+  set_peer_conn(rank, std::nullopt);
   if (transport) transport->remove_peer(rank, make_error_code(Status::PEER_LOST));
   if (ctrl) ctrl->disconnect(rank);
 }
@@ -179,6 +199,23 @@ void SessionImpl::finish_waiter(std::uint64_t id, std::exception_ptr e, std::uin
   address_waiters.erase(it);
   w.timer->cancel();
   runtime::asio::post(loop.executor(), runtime::asio::append(std::move(w.handler), e, rank));
+}
+
+void SessionImpl::set_peer_conn(std::uint32_t rank, std::optional<ConnType> type) {
+  std::lock_guard lock(peer_conns_mutex);
+  auto it = peer_conns.find(rank);
+  if (it != peer_conns.end() && it->second != ConnType::UCX) --rdma_peers;
+  if (it != peer_conns.end()) peer_conns.erase(it);
+  if (!type) return;
+  peer_conns[rank] = *type;
+  if (*type != ConnType::UCX) ++rdma_peers;
+}
+
+std::optional<ConnType> SessionImpl::peer_conn(std::uint32_t rank) const {
+  std::lock_guard lock(peer_conns_mutex);
+  auto it = peer_conns.find(rank);
+  if (it == peer_conns.end()) return std::nullopt;
+  return it->second;
 }
 
 void SessionImpl::note_loss(std::uint32_t rank, const std::string& how) {

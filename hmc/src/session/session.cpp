@@ -107,18 +107,16 @@ void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, st
                           std::uint16_t ctrl_tcp_port, std::uint32_t self_id, const std::string& ctrl_uds_dir) {
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("init_server on a closed session");
-    if (rdma_port != 0 && ucx_port == 0) impl_->use_conn(ConnType::RDMA, "init_server");
+    if (rdma_port != 0 && ucx_port == 0) {
+      impl_->use_conn(ConnType::RDMA);
+      impl_->conn = ConnType::RDMA;
+    }
     conn_type_ = impl_->conn;
-    const bool rdma = impl_->conn == ConnType::RDMA;
-    // The reference's servers pass both ports; a session serves one transport and says which.
-    if (!rdma && rdma_port != 0)
-      detail::log().info("rdma_port {} ignored: this session serves UCX on ucx_port {} (one transport per "
-                         "session: create it with conn_type RDMA, or pass only an rdma_port, to serve RDMA)",
-                         rdma_port, ucx_port);
     impl_->ensure_ctrl(self_id, ctrl_uds_dir);
     impl_->advertised_ip = bind_ip == "0.0.0.0" ? impl_->opts.local_ip : bind_ip;
     impl_->bind_ip = bind_ip;
-    impl_->data_port = rdma && rdma_port != 0 ? rdma_port : ucx_port;
+    // Each transport's clients name this session by its own port; a port not given is the other's.
+    impl_->data_port = {ucx_port != 0 ? ucx_port : rdma_port, rdma_port != 0 ? rdma_port : ucx_port};
   });
   const std::uint16_t bound = impl_->ctrl->listen(bind_ip, ctrl_tcp_port);
   loop_->call([&] { impl_->ctrl_port = bound; });
@@ -127,15 +125,16 @@ void Session::init_server(const std::string& bind_ip, std::uint16_t ucx_port, st
 void Session::init_server(const std::string& ip, std::uint16_t ctrl_port, ConnType conn) {
   loop_->call([&] {
     if (impl_->closed) throw ClosedError("init_server on a closed session");
-    impl_->use_conn(conn, "init_server");
+    impl_->use_conn(conn);
+    impl_->conn = conn;
     conn_type_ = impl_->conn;
     impl_->ensure_ctrl(0, {});
     impl_->advertised_ip = ip == "0.0.0.0" ? impl_->opts.local_ip : ip;
     impl_->bind_ip = ip;
-    impl_->data_port = ctrl_port;  // the one public port is also how clients name this session
   });
   const std::uint16_t bound = impl_->ctrl->listen(ip, ctrl_port);
-  loop_->call([&] { impl_->ctrl_port = impl_->data_port = bound; });
+  // The one public port is also how clients of every transport name this session.
+  loop_->call([&] { impl_->ctrl_port = impl_->data_port[0] = impl_->data_port[1] = bound; });
 }
 
 void Session::close_server() {
@@ -186,7 +185,7 @@ std::vector<MemoryType> Session::native_memory_types() const {
 
 bool Session::buffer_staged() const {
   return loop_->call([&] {
-    const auto* staging = dynamic_cast<const detail::StagingTransport*>(impl_->transport.get());
+    const auto* staging = dynamic_cast<const detail::StagingTransport*>(&impl_->default_plane());
     return staging != nullptr && staging->buffer_staged();
   });
 }
@@ -197,6 +196,20 @@ std::string Session::transports(std::uint32_t rank) const {
       throw NotConnectedError("no data connection to rank " + std::to_string(rank));
     return impl_->transport->carriers(rank);
   });
+}
+
+ConnType Session::peer_conn(std::uint32_t rank) const {
+  if (std::optional<ConnType> c = impl_->peer_conn(rank)) return *c;
+  throw NotConnectedError("no connection to rank " + std::to_string(rank));
+}
+
+void Session::check_conn(std::uint32_t rank, ConnType conn) const {
+  if (conn == ConnType::UCX && impl_->rdma_peers.load(std::memory_order_relaxed) == 0) return;
+  const std::optional<ConnType> actual = impl_->peer_conn(rank);
+  if (!actual || *actual == conn) return;  // a rank not connected fails in the operation itself
+  const auto name = [](ConnType c) { return std::string(c == ConnType::RDMA ? "ConnType.RDMA" : "ConnType.UCX"); };
+  throw InvalidArgumentError("conn=" + name(conn) + ", but rank " + std::to_string(rank) + " is connected over " +
+                             name(*actual) + " (connect(..., conn=) chose it; disconnect and connect again to change)");
 }
 
 SessionStats Session::stats() const {

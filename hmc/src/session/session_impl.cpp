@@ -36,6 +36,10 @@ void SessionImpl::ensure_ctrl(std::uint32_t self_id, const std::string& uds_dir)
                                   },
                                   [weak](std::uint32_t rank, CtrlMessage m) {
                                     if (auto self = weak.lock()) self->peer_info(rank, m);
+                                  },
+                                  [weak](std::uint8_t plane) {
+                                    auto self = weak.lock();
+                                    return self ? self->admit_plane(plane) : std::string("the session is gone");
                                   }});
 }
 

@@ -2,6 +2,7 @@
 // SessionImpl's members are defined one job per file, as the comments below name them; the
 // construction and the control channel in session_impl.cpp.
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -9,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -21,6 +23,7 @@
 #include "hmc/runtime/log.hpp"
 #include "hmc/session.hpp"
 #include "staging/staging_transport.hpp"
+#include "transport/multi_transport.hpp"
 #include "transport/transport.hpp"
 #include "ucx/ucx_context.hpp"
 #include "verbs/verbs_api.hpp"
@@ -46,8 +49,13 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::unique_ptr<Transport> make_transport(ConnType type);
   StagingOptions staging_options(ConnType type) const;
   std::shared_ptr<VerbsApi> verbs_api() const;
-  void install(std::unique_ptr<Transport> t, ConnType type);
-  void use_conn(ConnType type, const std::string& what);
+  void install(std::unique_ptr<MultiTransport> t);
+  // Data transports are planes of `transport`, numbered as the control channel's HELLO names them.
+  static std::uint8_t plane_of(ConnType type) { return type == ConnType::RDMA ? 1 : 0; }
+  static ConnType conn_of(std::uint8_t plane) { return plane == 1 ? ConnType::RDMA : ConnType::UCX; }
+  void use_conn(ConnType type);
+  std::string admit_plane(std::uint8_t plane);
+  Transport& default_plane() const { return *transport->plane(plane_of(conn)); }
 
   // fast_path.cpp
   // The control fast path. After its endpoint is up, a sender sends SWITCH on the socket and every
@@ -80,6 +88,7 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   };
   static constexpr std::size_t kMaxLost = 1024;
 
+  bool route(std::uint32_t rank);
   void peer_up(std::uint32_t rank);
   void peer_info(std::uint32_t rank, const CtrlMessage& m);
   void peer_ready(std::uint32_t rank);
@@ -115,9 +124,17 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::shared_ptr<UcxContext> ucx_context;
   std::unique_ptr<ConnBuffer> buffer;
   std::unique_ptr<CtrlChannel> ctrl;
-  std::unique_ptr<Transport> transport;
-  ConnType conn = ConnType::UCX;                           // what `transport` is
-  runtime::AsyncReadySet<std::uint32_t> ready;             // ranks with a usable data connection
+  std::unique_ptr<MultiTransport> transport;
+  ConnType conn = ConnType::UCX;                // the default transport (Session::conn_type)
+  runtime::AsyncReadySet<std::uint32_t> ready;  // ranks with a usable data connection
+  // The transport of each peer from its control connection's start to its loss, readable from any
+  // thread (Session::check_conn); rdma_peers counts those not on UCX, so that UCX-only sessions
+  // never take the lock.
+  mutable std::mutex peer_conns_mutex;
+  std::map<std::uint32_t, ConnType> peer_conns;
+  std::atomic<std::size_t> rdma_peers{0};
+  void set_peer_conn(std::uint32_t rank, std::optional<ConnType> type);
+  std::optional<ConnType> peer_conn(std::uint32_t rank) const;
   std::map<std::uint32_t, std::string> dialed;             // rank -> the ip connect() reached it at
   std::map<std::uint64_t, AddressWaiter> address_waiters;  // one per blocked caller: bounded by callers
   std::uint64_t next_waiter = 0;
@@ -136,8 +153,8 @@ class SessionImpl : public std::enable_shared_from_this<SessionImpl> {
   std::shared_ptr<MetricsEndpoint> metrics;  // the endpoint serving stats(), when one is asked for
   std::uint64_t metrics_id = 0;
   std::string advertised_ip;
-  std::string bind_ip;  // where init_server bound the control listener; empty for a client
-  std::uint16_t data_port = 0;
+  std::string bind_ip;                       // where init_server bound the control listener; empty for a client
+  std::array<std::uint16_t, 2> data_port{};  // by plane: how clients of each transport name this session
   std::uint16_t ctrl_port = 0;
   bool closed = false;
 

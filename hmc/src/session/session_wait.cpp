@@ -48,13 +48,11 @@ std::chrono::milliseconds with_grace(std::chrono::milliseconds d) {
 
 std::chrono::milliseconds wait_budget(const SessionOptions& o) { return with_grace(o.timeout); }
 
-// A client's set-up before it dials, on the loop: its transport (also into conn_type), its control
-// channel as self_id, the address it is known by.
-void prepare_connect(detail::SessionImpl& impl, ConnType conn, std::uint32_t self_id,
-                     std::atomic<ConnType>& conn_type) {
+// A client's set-up before it dials, on the loop: the transport it asks for, its control channel as
+// self_id, the address it is known by.
+void prepare_connect(detail::SessionImpl& impl, ConnType conn, std::uint32_t self_id) {
   if (impl.closed) throw ClosedError("connect on a closed session");
-  impl.use_conn(conn, "connect");
-  conn_type = impl.conn;
+  impl.use_conn(conn);
   impl.ensure_ctrl(self_id, {});
   if (impl.advertised_ip.empty()) impl.advertised_ip = impl.opts.local_ip;
 }
@@ -65,21 +63,22 @@ std::uint32_t Session::connect(std::uint32_t peer_id, std::uint32_t self_id, con
                                std::uint16_t data_port, std::uint16_t ctrl_tcp_port, ConnType conn,
                                std::optional<std::chrono::milliseconds> timeout) {
   forbid_loop_thread(*loop_, "connect");
-  loop_->call([&] { prepare_connect(*impl_, conn, self_id, conn_type_); });
-  return dial(peer_ip, ctrl_tcp_port, peer_id, data_port, timeout);
+  loop_->call([&] { prepare_connect(*impl_, conn, self_id); });
+  return dial(peer_ip, ctrl_tcp_port, conn, peer_id, data_port, timeout);
 }
 
 std::uint32_t Session::connect(const std::string& ip, std::uint16_t ctrl_port, ConnType conn,
                                std::optional<std::chrono::milliseconds> timeout) {
   forbid_loop_thread(*loop_, "connect");
-  loop_->call([&] { prepare_connect(*impl_, conn, CtrlChannel::any_rank, conn_type_); });
-  return dial(ip, ctrl_port, std::nullopt, std::nullopt, timeout);  // known by the dialled ip; any data port
+  loop_->call([&] { prepare_connect(*impl_, conn, CtrlChannel::any_rank); });
+  return dial(ip, ctrl_port, conn, std::nullopt, std::nullopt, timeout);  // known by the dialled ip; any data port
 }
 
 // Both connect() forms once the control channel exists: the control connection, then the data
 // connection, within one timeout.
-std::uint32_t Session::dial(const std::string& ip, std::uint16_t ctrl_port, std::optional<std::uint32_t> peer_id,
-                            std::optional<std::uint16_t> data_port, std::optional<std::chrono::milliseconds> timeout) {
+std::uint32_t Session::dial(const std::string& ip, std::uint16_t ctrl_port, ConnType conn,
+                            std::optional<std::uint32_t> peer_id, std::optional<std::uint16_t> data_port,
+                            std::optional<std::chrono::milliseconds> timeout) {
   const std::chrono::milliseconds budget = timeout.value_or(options().timeout);
   if (budget.count() <= 0)
     throw InvalidArgumentError("connect: timeout must be > 0 ms, not " + std::to_string(budget.count()));
@@ -87,9 +86,10 @@ std::uint32_t Session::dial(const std::string& ip, std::uint16_t ctrl_port, std:
   const std::string where = ip + ":" + std::to_string(ctrl_port);
   detail::ConnectNotice notice(
       *loop_, (peer_id ? "rank " + std::to_string(*peer_id) : std::string("the server")) + " at " + where, budget);
-  const std::uint32_t rank = wait_for(*loop_,
-                                      impl_->ctrl->async_connect(ip, ctrl_port, budget, runtime::asio::use_future),
-                                      with_grace(budget), "connect to " + where);
+  const std::uint32_t rank = wait_for(
+      *loop_,
+      impl_->ctrl->async_connect(ip, ctrl_port, budget, detail::SessionImpl::plane_of(conn), runtime::asio::use_future),
+      with_grace(budget), "connect to " + where);
   if (peer_id && rank != *peer_id) {
     impl_->ctrl->disconnect(rank);
     throw InvalidArgumentError("the session at " + where + " is rank " + std::to_string(rank) + ", not peer_id " +

@@ -20,8 +20,15 @@ std::shared_ptr<Memory> SessionImpl::buffer_memory() const {
   return device_memory(opts.mem_type, opts.device_id);
 }
 
-// The only place that knows which transport carries the data; everything else uses Transport.
-void SessionImpl::start_on_loop() { install(make_transport(opts.conn_type), opts.conn_type); }
+// The only place that knows which transports carry the data; everything else uses Transport. UCX
+// is built now, RDMA on first use (or now, for a session whose default it is).
+void SessionImpl::start_on_loop() {
+  std::vector<MultiTransport::Plane> planes{{"UCX", [this] { return make_transport(ConnType::UCX); }},
+                                            {"RDMA", [this] { return make_transport(ConnType::RDMA); }}};
+  install(std::make_unique<MultiTransport>(loop.executor(), std::move(planes)));
+  use_conn(opts.conn_type);
+  conn = opts.conn_type;
+}
 
 std::unique_ptr<Transport> SessionImpl::make_transport(ConnType type) {
   const EngineOptions engine{opts.timeout, opts.max_inflight};
@@ -74,9 +81,8 @@ std::shared_ptr<VerbsApi> SessionImpl::verbs_api() const {
   return make_ibverbs_api();
 }
 
-void SessionImpl::install(std::unique_ptr<Transport> t, ConnType type) {
+void SessionImpl::install(std::unique_ptr<MultiTransport> t) {
   transport = std::move(t);
-  conn = type;
   transport->on_peer_failed = [weak = weak_from_this()](std::uint32_t rank, error_code ec) {
     if (auto self = weak.lock())
       self->peer_down(rank, status_of(ec) == Status::PROTOCOL_ERROR
@@ -92,15 +98,21 @@ void SessionImpl::install(std::unique_ptr<Transport> t, ConnType type) {
   transport->attach();
 }
 
-// ConnType::RDMA from connect/init_server: the session's transport becomes verbs while it has no
-// control channel (so no peer) yet; ConnType::UCX means "the session's transport".
-void SessionImpl::use_conn(ConnType type, const std::string& what) {
-  if (type == conn || type == ConnType::UCX) return;
-  if (ctrl)
-    throw InvalidArgumentError(
-        what + ": ConnType::RDMA on a session that already carries its data over UCX or HMC's TCP path; "
-               "create a session with conn_type RDMA (one transport per session)");
-  install(make_transport(type), type);  // the new one is built first: a failure leaves the session's transport in place
+// A transport this session will carry data over: built unless it is; why it cannot be is the
+// factory's typed error (UnsupportedError with no RDMA device).
+void SessionImpl::use_conn(ConnType type) { transport->build(plane_of(type)); }
+
+// A client's HELLO names the transport it wants: served when this session has it or can build it.
+std::string SessionImpl::admit_plane(std::uint8_t plane) {
+  if (closed || !transport) return "the session is closing";
+  if (plane >= transport->plane_count()) return "no data transport " + std::to_string(plane) + " in this build";
+  try {
+    transport->build(plane);
+    return {};
+  } catch (const std::exception& e) {
+    log().warn("a client asked for {} and this session cannot serve it: {}", transport->plane_name(plane), e.what());
+    return "this session serves no " + transport->plane_name(plane) + ": " + e.what();
+  }
 }
 
 }  // namespace hmc::detail
