@@ -1,45 +1,44 @@
 """memfabric's Python names over HMC's world and transfer engine (a thin layer, one way to each thing).
 
     import hmc.mf as mf
+    mf.initialize()                                            # runtime set-up (flags=0)
+    mf.bm.initialize("tcp://10.0.0.1:29400", 4, 0, cfg)        # BM: hmc.mf.bm (hmc._mf_bm)
+    mf.shm.initialize("tcp://10.0.0.1:29400", 4, r, 0, cfg)    # SMEM: hmc.mf.shm (hmc._mf_shm)
+
     mf.initialize("tcp://10.0.0.1:29400", world_size=4, rank_id=r, device_id=0, config=None)
-    mf.barrier(); everyone = mf.all_gather(b"mine")          # bytes, rank after rank
+    mf.barrier(); everyone = mf.all_gather(b"mine")            # bytes, rank after rank
 
     engine = mf.TransferEngine()
     engine.initialize("tcp://10.0.0.1:29400", "10.0.0.2:5000", "prefill", 0)
     engine.register_memory(array.ctypes.data, array.nbytes)
     engine.transfer_sync_write("10.0.0.1:5000", src.ctypes.data, peer_address, nbytes)
 
-As in memfabric, calls that return an int return 0 on success and a negative hmc.Status on failure
-(the message is in get_last_err_msg()); calls that return data raise hmc errors. A buffer may be an
-address (int) or an object with the buffer protocol (NumPy array, CPU tensor).
+The top level, BM and SMEM share one hmc.World per process (hmc._mf_runtime). As in memfabric,
+calls that return an int return 0 on success and a negative hmc.Status on failure (the message is
+in get_last_err_msg()); calls that return data raise hmc errors. A buffer may be an address (int)
+or an object with the buffer protocol (NumPy array, CPU tensor).
 """
-import logging
+import enum
+import re
 
 from . import _args, _hmc, _logging, _payload
-from ._errors import HMCError, InvalidArgumentError
+from . import _mf_bm as bm  # noqa: F401 - memfabric's submodule
+from . import _mf_shm as shm  # noqa: F401 - memfabric's submodule
+from ._errors import InvalidArgumentError, UnsupportedError
 from ._errors import get_and_clear_last_err_msg, get_last_err_msg  # noqa: F401 - memfabric's names
+from . import _mf_runtime
+from ._mf_runtime import returns_code as _returns_code
+from ._mf_runtime import runtime as _runtime
 from .session import Session
-from .world import World, _Op
+from .world import _Op
 
-_state = {"world": None}
+_fail = _mf_runtime.fail  # memfabric's return-code convention, shared with bm and shm
+_state = {"initialized": False, "stores": {}}
 
-
-def _fail(e):
-    """An HMCError as memfabric's return code; creating it recorded its message for get_last_err_msg()."""
-    logging.getLogger("hmc.mf").error("%s", e)
-    return -int(getattr(e, "status", 1)) or -1
-
-
-def _returns_code(fn):
-    def call(*args, **kwargs):
-        try:
-            fn(*args, **kwargs)
-            return 0
-        except HMCError as e:
-            return _fail(e)
-
-    call.__name__, call.__doc__ = fn.__name__, fn.__doc__
-    return call
+__all__ = ["bm", "shm", "initialize", "uninitialize", "rank_id", "world_size", "barrier", "all_gather",
+           "set_log_level", "set_extern_logger", "get_last_err_msg", "get_and_clear_last_err_msg",
+           "create_config_store", "set_conf_store_tls", "set_conf_store_tls_key", "TransferOpcode",
+           "TransferEngine", "TransferFuture"]
 
 
 def _address(buffer):
@@ -56,30 +55,42 @@ def _address(buffer):
 
 
 @_returns_code
-def initialize(store_url, world_size, rank_id=None, device_id=0, config=None):
-    """Joins the world at store_url (tcp://ip:port; rank 0 starts the store unless config says
-    start_store=False). config: a dict (or object with attributes) of hmc.World options, plus
-    memfabric's init_timeout (seconds)."""
+def initialize(flags=0, world_size=None, rank_id=None, device_id=0, config=None, *, store_url=None):
+    """initialize(flags=0): memfabric's runtime set-up (nothing to start: bm/shm.initialize join the
+    world). initialize(store_url, world_size, rank_id=None, device_id=0, config=None): also joins the
+    world at store_url (tcp://ip:port; rank 0 starts the store unless config says start_store=False)
+    for barrier/all_gather here; config: a dict (or object with attributes) of hmc.World options,
+    plus memfabric's init_timeout (seconds)."""
+    if store_url is not None or isinstance(flags, str):
+        _join(flags if store_url is None else store_url, world_size, rank_id, config)
+    elif isinstance(flags, bool) or not isinstance(flags, int):
+        raise InvalidArgumentError(f"flags={flags!r} must be an int (or pass a store URL to join a world)")
+    _state["initialized"] = True
+
+
+def _join(store_url, world_size, rank_id, config):
     options = dict(config if isinstance(config, dict) else vars(config) if config is not None else {})
     if "init_timeout" in options:
         options["store_timeout"] = options.pop("init_timeout")
     for unused in ("create_timeout", "operation_timeout", "flags", "auto_ranking", "rank_id"):
         options.pop(unused, None)
-    if _state["world"] is not None:
-        raise InvalidArgumentError("already initialized (call uninitialize first)")
-    _state["world"] = World(store_url, world_size, rank_id, **options)
+    _runtime.acquire("top", store_url, world_size, rank_id, options)
 
 
 def uninitialize(flags=0):
-    world, _state["world"] = _state["world"], None
-    if world is not None:
-        world.close()
+    """Ends the runtime: leaves the world joined by initialize(store_url, ...) and stops the config
+    stores create_config_store started (bm/shm.uninitialize leave theirs)."""
+    _runtime.release("top")
+    for server in _state["stores"].values():
+        server.close()
+    _state["stores"].clear()
+    _state["initialized"] = False
 
 
 def _world():
-    if _state["world"] is None:
+    if _runtime.world is None:
         raise InvalidArgumentError("not initialized: call hmc.mf.initialize first")
-    return _state["world"]
+    return _runtime.world
 
 
 def rank_id():
@@ -96,7 +107,78 @@ def barrier():
 
 def all_gather(local_data):
     """Every rank's bytes, concatenated in rank order (memfabric's ShareMemory.all_gather)."""
-    return b"".join(_world().all_gather(bytes(local_data)))
+    _world()
+    return b"".join(_runtime.all_gather_bytes(bytes(local_data), None))
+
+
+class TransferOpcode(enum.IntEnum):
+    READ = 0
+    WRITE = 1
+
+
+@_returns_code
+def create_config_store(store_url):
+    """Serves hmc's embedded store at store_url (tcp://ip:port) in this process, until uninitialize();
+    clients (TransferEngine, bm/shm with start_store=False) authenticate with the shared key
+    (HMC_AUTH_KEY or the key file)."""
+    m = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[^:/\[\]]+):([0-9]{1,5})", str(store_url))
+    if m is None:
+        raise InvalidArgumentError(f"store_url={store_url!r} must be tcp://ip:port")
+    if store_url in _state["stores"]:
+        raise InvalidArgumentError(f"a config store already serves {store_url} in this process")
+    server = _hmc.StoreServer()
+    server.listen(m.group(1).strip("[]"), int(m.group(2)))
+    _state["stores"][store_url] = server
+
+
+_TLS_FIELDS = {"tlsCaPath", "tlsCert", "tlsCrlPath", "tlsCrlFile", "tlsCaFile", "packagePath"}
+
+
+@_returns_code
+def set_conf_store_tls(enable, tls_info=""):
+    """enable=False: the config store runs without TLS, as hmc's store always does (returns 0).
+    enable=True: tls_info ("tlsCaPath: ...; tlsCert: ...; tlsCaFile: ...") is checked, then
+    hmc.UnsupportedError: hmc's store protocol (tcp://) has no TLS; it authenticates both sides with
+    the shared key and sends in clear. hmc's TLS is on the control channel (World/Session options
+    tls_cert, tls_key, tls_ca or HMC_TLS_CERT/KEY/CA; in bm/shm configs: world_options)."""
+    if not enable:
+        return
+    fields = {}
+    for item in str(tls_info).split(";"):
+        if item.strip():
+            key, sep, value = item.partition(":")
+            if not sep or key.strip() not in _TLS_FIELDS:
+                raise InvalidArgumentError(f"tls_info item {key.strip()!r}: expected 'name: value' with a name "
+                                           f"of {', '.join(sorted(_TLS_FIELDS))}")
+            fields[key.strip()] = value.strip()
+    missing = {"tlsCaPath", "tlsCert", "tlsCaFile"} - set(fields)
+    if missing:
+        raise InvalidArgumentError(f"tls_info lacks {', '.join(sorted(missing))}")
+    raise UnsupportedError("config store TLS: hmc's store protocol (tcp://) has no TLS (it authenticates "
+                           "with the shared key and sends in clear); TLS is on hmc's control channel: "
+                           "tls_cert/tls_key/tls_ca in world_options, or HMC_TLS_CERT/KEY/CA")
+
+
+@_returns_code
+def set_conf_store_tls_key(tls_pk, tls_pk_pw, py_decrypt_func=None):
+    """Checks the arguments (tls_pk a non-empty private key, py_decrypt_func callable or None),
+    then hmc.UnsupportedError: the config store has no TLS (see set_conf_store_tls), and hmc's
+    control-channel TLS reads an unencrypted PEM key file (tls_key), so there is nothing to give
+    the key or its passphrase to. py_decrypt_func is therefore never called."""
+    if not isinstance(tls_pk, (str, bytes)) or not tls_pk:
+        raise InvalidArgumentError("tls_pk must be the private key (a non-empty str)")
+    if not isinstance(tls_pk_pw, (str, bytes)):
+        raise InvalidArgumentError("tls_pk_pw must be a str")
+    if py_decrypt_func is not None and not callable(py_decrypt_func):
+        raise InvalidArgumentError(f"py_decrypt_func must be callable or None, not {type(py_decrypt_func).__name__}")
+    raise UnsupportedError("config store TLS key: hmc's store has no TLS, and its control-channel TLS takes an "
+                           "unencrypted PEM key file (world_options tls_key, or HMC_TLS_KEY)")
+
+
+@_returns_code
+def set_extern_logger(log_fn):
+    """Every HMC log line to log_fn(level, message) (hmc.set_extern_logger)."""
+    _logging.set_extern_logger(log_fn)
 
 
 @_returns_code

@@ -126,6 +126,16 @@ class PyWorld {
     py::gil_scoped_release release;
     is_put ? s.put(peer, local, remote, n) : s.get(peer, local, remote, n);
   }
+  // (local, remote, n) segments to one peer as one operation, as rma.
+  void rma_batch(bool is_put, std::uint32_t peer,
+                 const std::vector<std::tuple<std::size_t, std::size_t, std::size_t>>& segments) {
+    std::vector<Segment> v;
+    v.reserve(segments.size());
+    for (const auto& [local, remote, n] : segments) v.push_back(Segment{local, remote, n});
+    auto& s = w().session();
+    py::gil_scoped_release release;
+    is_put ? s.put_batch(peer, std::move(v)) : s.get_batch(peer, std::move(v));
+  }
   std::size_t write(py::handle obj, std::size_t offset) {
     BufferView v(obj, false, "buffer write");
     auto& s = w().session();
@@ -222,6 +232,7 @@ void bind_world(py::module_& m) {
       .def("all_to_all_v", &PyWorld::all_to_all_v)
       .def("all_reduce", &PyWorld::all_reduce)
       .def("rma", &PyWorld::rma)
+      .def("rma_batch", &PyWorld::rma_batch)
       .def("write", &PyWorld::write)
       .def("read", &PyWorld::read)
       .def("ctrl_send",
