@@ -56,6 +56,8 @@ def test_refused_handshakes_are_counted_by_reason(tmp_path):
             with pytest.raises(hmc.AuthenticationError):
                 stranger.connect("127.0.0.1", server.ctrl_port, timeout=10)
         client.connect("127.0.0.1", server.ctrl_port)
+        # connect() returns once the client's side is up; the server reads the client's address on its own.
+        server.wait_peer(client.rank)
         refused = server.stats()["ctrl"]["handshakes_refused"]
         assert refused == {"auth": 1, "rank": 0, "busy": 0, "protocol": 0, "transport": 0, "timeout": 0}
         received = server.stats()["ctrl"]["messages_received"]
