@@ -49,6 +49,11 @@ def test_two_sessions_share_one_endpoint_that_counts_their_real_traffic(tmp_path
         for i in range(30):
             client.put_remote("127.0.0.1", None, 0, 0, 65536)
         client.get_remote("127.0.0.1", None, 0, 0, 4096)
+        # The server sends its own control traffic once it sees the client; a tag sent after it and
+        # received here means all of it has arrived, so the counters stand still while they are read.
+        server.wait_peer(client.rank)
+        server.ctrl_send(client.rank, 7)
+        assert client.ctrl_recv(0) == 7
         found = samples(scrape(port))
         ids = {dict(ls)["session"] for (n, ls) in found if n == "hmc_peers_connected"}
         assert len(ids) == 2, ids
