@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "../security/test_certs.hpp"
 #include "ctrl_test_util.hpp"
 #include "hmc/ctrl_channel.hpp"
 
@@ -17,25 +18,11 @@ namespace asio = runtime::asio;
 
 std::string certs_dir;
 
-// A CA and one node certificate signed by it, as PEM files in `dir` named <name>-ca.pem,
-// <name>.pem, <name>.key.
-bool make_ca_and_node(const std::string& dir, const std::string& name) {
-  const std::string d = dir + "/" + name;
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-  const std::string cmd = "cd " + dir + " && openssl req -x509 " + ec + " -keyout " + d + "-ca.key -out " + d +
-                          "-ca.pem -days 1 -subj /CN=" + name + "-ca >/dev/null 2>&1 && openssl req " + ec +
-                          " -keyout " + d + ".key -out " + d + ".csr -subj /CN=" + name +
-                          "-node >/dev/null 2>&1 && openssl x509 -req -in " + d + ".csr -CA " + d + "-ca.pem -CAkey " +
-                          d + "-ca.key -CAcreateserial -out " + d + ".pem -days 1 >/dev/null 2>&1 && chmod 600 " + d +
-                          ".key";
-  return std::system(cmd.c_str()) == 0;
-}
-
 class CtrlTlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     certs_dir = test::make_temp_dir();
-    ready = make_ca_and_node(certs_dir, "good") && make_ca_and_node(certs_dir, "evil");
+    ready = test::make_ca_and_node(certs_dir, "good") && test::make_ca_and_node(certs_dir, "evil");
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(certs_dir); }
   void SetUp() override {

@@ -13,7 +13,6 @@
 
 #include "ctrl/ctrl_connection.hpp"
 #include "ctrl/ctrl_handshake.hpp"
-#include "ctrl/ctrl_tls.hpp"
 #include "ctrl/handshake_deadline.hpp"
 #include "ctrl/notify_waits.hpp"
 #include "hmc/ctrl_channel.hpp"
@@ -24,6 +23,7 @@
 #include "security/auth.hpp"
 #include "security/handshake_table.hpp"
 #include "security/throttled_log.hpp"
+#include "security/tls_context.hpp"
 
 namespace hmc {
 namespace detail {

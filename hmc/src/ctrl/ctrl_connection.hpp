@@ -19,6 +19,7 @@
 #include "ctrl/ctrl_frame.hpp"
 #include "hmc/ctrl_message.hpp"
 #include "hmc/runtime/asio.hpp"
+#include "security/no_signal_stream.hpp"
 
 namespace hmc::detail {
 
@@ -26,30 +27,8 @@ namespace asio = runtime::asio;
 using runtime::error_code;
 using socket_type = asio::generic::stream_protocol::socket;
 
-// The socket as an Asio stream whose writes pass MSG_NOSIGNAL: io_uring sends do not add it, and a
-// dead peer must fail a send, never raise SIGPIPE. TLS runs on top of this too.
-class SocketStream {
- public:
-  using executor_type = socket_type::executor_type;
-  using lowest_layer_type = socket_type::lowest_layer_type;
-
-  explicit SocketStream(socket_type s) : socket_(std::move(s)) {}
-  executor_type get_executor() noexcept { return socket_.get_executor(); }
-  lowest_layer_type& lowest_layer() noexcept { return socket_.lowest_layer(); }
-  const lowest_layer_type& lowest_layer() const noexcept { return socket_.lowest_layer(); }
-
-  template <class Buffers, class Token>
-  auto async_read_some(const Buffers& b, Token&& token) {
-    return socket_.async_read_some(b, std::forward<Token>(token));
-  }
-  template <class Buffers, class Token>
-  auto async_write_some(const Buffers& b, Token&& token) {
-    return socket_.async_send(b, MSG_NOSIGNAL, std::forward<Token>(token));
-  }
-
- private:
-  socket_type socket_;
-};
+// Writes pass MSG_NOSIGNAL (a dead peer fails a send instead of raising SIGPIPE); TLS runs on top.
+using SocketStream = NoSignalStream<socket_type>;
 
 // Per-connection limits and timers (from CtrlOptions).
 struct ConnectionLimits {

@@ -121,6 +121,8 @@ Store::Store(const std::string& url, StoreOptions options, runtime::EventLoop& l
 
 void Store::open(const std::string& url, StoreOptions options, runtime::EventLoop* loop) {
   const StoreAddress address = parse_store_url(url);  // before any thread starts: a bad URL costs nothing
+  if (address.scheme != "tcp" && options.tls.configured())
+    throw InvalidConfigError("store " + url + ": TLS (StoreOptions::tls) is for hmc's own store (tcp://, env://)");
   if (loop == nullptr) {
     own_loop_ = std::make_unique<runtime::EventLoop>();
     own_loop_->start();

@@ -14,6 +14,7 @@
 #include "hmc/runtime/log.hpp"
 #include "security/handshake_table.hpp"
 #include "security/throttled_log.hpp"
+#include "security/tls_context.hpp"
 #include "store/store_handshake.hpp"
 #include "store/store_stream.hpp"
 
@@ -61,6 +62,7 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
   StoreServerImpl(runtime::loop_executor e, StoreServerOptions o) : ex(e), opts(std::move(o)) {
     limits.max_value = opts.max_value_size;
     if (opts.authenticate) key = resolve_auth_key(opts.auth_key, nullptr, "StoreServerOptions::auth_key");
+    tls = make_tls_context(opts.tls, "store TLS (StoreServerOptions::tls)");
   }
 
   struct Conn;
@@ -115,7 +117,8 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
       conn->stream = std::make_shared<StoreStream>(std::move(s), 4 * opts.max_value_size + (1u << 20), reply_budget);
       const std::string source = source_of(conn->remote);
       if (auto victim = handshaking.victim(source, full)) evict(victim, source, full);
-      handshaking.add(conn, source, false, frame_waiting(conn->stream->socket().native_handle()));
+      // Under TLS the first bytes are the TLS hello, not a frame of ours.
+      handshaking.add(conn, source, false, !tls && frame_waiting(conn->stream->socket().native_handle()));
       conns.insert(conn);
       asio::co_spawn(ex, serve(conn), asio::detached);
     }
@@ -187,6 +190,18 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
   }
 
   asio::awaitable<std::string> handshake(const std::shared_ptr<Conn>& conn) {
+    if (tls) {
+      // A client without TLS sends a HELLO of ours: it is told why in clear instead of an alert it cannot read.
+      runtime::error_code ec;
+      co_await conn->stream->socket().async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+      if (!ec && frame_waiting(conn->stream->socket().native_handle())) {
+        const std::string reason = "this store requires TLS (StoreOptions::tls)";
+        conn->stream->write(wire::encode_frame(wire::FrameType::reject, 0, wire::bytes_of(reason)));
+        co_return "a client without TLS: " + reason;
+      }
+      ec = co_await conn->stream->tls_handshake(*tls, asio::ssl::stream_base::server);
+      if (ec) co_return "TLS handshake: " + ec.message();
+    }
     wire::Header h;
     std::vector<std::byte> p;
     if (auto why = co_await conn->stream->read(256, opts.handshake_timeout, h, p); !why.empty()) co_return why;
@@ -421,6 +436,7 @@ class StoreServerImpl : public std::enable_shared_from_this<StoreServerImpl> {
   StoreServerOptions opts;
   wire::Limits limits;
   AuthKey key;
+  std::unique_ptr<asio::ssl::context> tls;  // null: the store speaks in clear
   std::optional<tcp::acceptor> acceptor;
   std::set<std::shared_ptr<Conn>> conns;
   std::shared_ptr<StoreStream::QueueBudget> reply_budget =
@@ -468,7 +484,8 @@ std::uint16_t StoreServer::listen(const std::string& host, std::uint16_t port) {
     const std::uint16_t bound = acc.local_endpoint().port();
     impl.acceptor.emplace(std::move(acc));
     runtime::asio::co_spawn(impl.ex, impl.accept_loop(), runtime::asio::detached);
-    runtime::log().info("store listening on tcp://{}:{} (authenticate={})", host, bound, impl.opts.authenticate);
+    runtime::log().info("store listening on tcp://{}:{} (authenticate={}, tls={})", host, bound, impl.opts.authenticate,
+                        impl.tls != nullptr);
     return bound;
   });
 }

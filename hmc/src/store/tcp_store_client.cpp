@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/ssl/error.hpp>
 
 #include "hmc/runtime/deadline.hpp"
 #include "hmc/runtime/log.hpp"
+#include "security/tls_context.hpp"
 #include "store/store_handshake.hpp"
 
 namespace hmc::detail {
@@ -45,6 +47,7 @@ TcpStoreClient::TcpStoreClient(runtime::loop_executor ex, std::string url, std::
                                const StoreOptions& options)
     : ex_(ex), url_(std::move(url)), host_(std::move(host)), port_(port), options_(options) {
   if (options_.authenticate) key_ = resolve_auth_key(options_.auth_key, nullptr, "StoreOptions::auth_key");
+  tls_ = make_tls_context(options_.tls, "store TLS (StoreOptions::tls)");
 }
 
 asio::awaitable<std::exception_ptr> TcpStoreClient::connect(milliseconds timeout) {
@@ -75,7 +78,7 @@ asio::awaitable<std::exception_ptr> TcpStoreClient::connect(milliseconds timeout
     if (why.empty()) {
       bool refused = false;
       asio::steady_timer hs_deadline(ex_, std::max(left_until(deadline), milliseconds(1000)));
-      auto h = co_await (handshake(refused) || hs_deadline.async_wait(asio::use_awaitable));
+      auto h = co_await (secure_handshake(refused) || hs_deadline.async_wait(asio::use_awaitable));
       why = h.index() == 1 ? "no handshake answer" : std::get<0>(h);
       if (why.empty()) {
         asio::co_spawn(ex_, read_loop(), asio::detached);
@@ -85,14 +88,39 @@ asio::awaitable<std::exception_ptr> TcpStoreClient::connect(milliseconds timeout
       if (refused) co_return store_error(Status::AUTH_FAILED, "store " + url_ + ": " + why);
     }
     last = why;
-    if (left_until(deadline).count() == 0)
-      co_return store_error(Status::NOT_CONNECTED, "store " + url_ + " unreachable for " +
-                                                       std::to_string(timeout.count()) + " ms (last: " + last + ")");
+    const auto unreachable = [&] {
+      return store_error(Status::NOT_CONNECTED, "store " + url_ + " unreachable for " +
+                                                    std::to_string(timeout.count()) + " ms (last: " + last + ")");
+    };
+    if (left_until(deadline).count() == 0) co_return unreachable();
     asio::steady_timer wait(ex_, std::min(pause, left_until(deadline)));
     runtime::error_code ignored;
     co_await wait.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+    // A last attempt with no time left would only replace the reason with "no answer within 0 ms".
+    if (left_until(deadline).count() == 0) co_return unreachable();
     pause = std::min(pause * 2, milliseconds(500));
   }
+}
+
+// TLS first where configured, then the key handshake inside it. A TLS alert, during the TLS
+// handshake or at the first read after it (TLS 1.3 servers check the client's certificate then), is
+// the server refusing us: retrying cannot help. A plain end of the connection may be a server
+// shedding load, and is retried.
+asio::awaitable<std::string> TcpStoreClient::secure_handshake(bool& auth_refused) {
+  const auto is_alert = [](const runtime::error_code& ec) { return ec.category() == asio::error::get_ssl_category(); };
+  if (tls_) {
+    const runtime::error_code ec = co_await stream_->tls_handshake(*tls_, asio::ssl::stream_base::client);
+    if (ec) {
+      auth_refused = is_alert(ec);
+      co_return "TLS handshake failed: " + ec.message() + (auth_refused ? "" : " (does the store serve TLS?)");
+    }
+  }
+  std::string why = co_await handshake(auth_refused);
+  if (!why.empty() && tls_ && is_alert(stream_->read_error())) {
+    auth_refused = true;
+    why = "TLS: the store refused this client's certificate (" + stream_->read_error().message() + ")";
+  }
+  co_return why;
 }
 
 asio::awaitable<std::string> TcpStoreClient::handshake(bool& auth_refused) {

@@ -33,6 +33,7 @@ class TcpStoreClient final : public StoreBackend, public std::enable_shared_from
     std::string what;
     bool waits = false;  // a blocking get or wait: the store may well end while it waits
   };
+  runtime::asio::awaitable<std::string> secure_handshake(bool& auth_refused);
   runtime::asio::awaitable<std::string> handshake(bool& auth_refused);
   runtime::asio::awaitable<void> read_loop();
   void complete(std::uint32_t id, std::exception_ptr e, store_wire::Reply r);
@@ -43,6 +44,7 @@ class TcpStoreClient final : public StoreBackend, public std::enable_shared_from
   std::uint16_t port_;
   StoreOptions options_;
   AuthKey key_;
+  std::shared_ptr<runtime::asio::ssl::context> tls_;  // null: in clear
   store_wire::Limits limits_;
   std::shared_ptr<StoreStream> stream_;
   std::map<std::uint32_t, std::unique_ptr<Pending>> pending_;

@@ -85,6 +85,7 @@ World::World(const std::string& store_url, std::uint32_t size, std::optional<std
       StoreServerOptions so;
       so.auth_key = options.store.auth_key;
       so.authenticate = options.store.authenticate;
+      so.tls = options.store.tls;
       so.max_connections = std::max<std::size_t>(so.max_connections, 2 * std::size_t{size} + 16);
       auto server = std::make_unique<StoreServer>(loop, so);
       try {

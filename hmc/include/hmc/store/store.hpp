@@ -19,6 +19,7 @@
 
 #include "hmc/runtime/async_op.hpp"
 #include "hmc/runtime/event_loop.hpp"
+#include "hmc/tls_options.hpp"
 
 namespace hmc {
 
@@ -32,6 +33,7 @@ struct StoreOptions {
   std::string auth_key;                      // empty: $HMC_AUTH_KEY, then the key file (as the control channel)
   bool authenticate = true;                  // tcp://: mutual HMAC-SHA256 challenge-response before any request
   std::chrono::seconds lease_ttl{10};        // etcd://: a dead client's keys expire after this
+  TlsOptions tls;                            // tcp://: TLS under the key handshake; unset: in clear
 };
 
 // The parts of a store URL (parse_store_url); env:// resolves to its tcp:// address.

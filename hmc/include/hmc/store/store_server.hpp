@@ -1,6 +1,6 @@
 #pragma once
 // The embedded store (tcp://host:port): an in-memory key-value map served on an event loop to
-// hmc::Store clients. Every connection proves the shared key first (mutual HMAC-SHA256
+// hmc::Store clients, in clear or over TLS. Every connection proves the shared key first (mutual HMAC-SHA256
 // challenge-response, the key the control channel uses); every byte after that is still treated as
 // hostile: bounded frames, keys, values, waits, connections and memory, deadlines on handshakes and
 // on frames once their header arrived. A misbehaving connection is closed; others are untouched.
@@ -12,6 +12,7 @@
 
 #include "hmc/runtime/async_op.hpp"
 #include "hmc/runtime/event_loop.hpp"
+#include "hmc/tls_options.hpp"
 
 namespace hmc {
 
@@ -36,6 +37,8 @@ struct StoreServerOptions {
   std::size_t max_queued_replies = std::size_t{256} << 20;
   std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds frame_timeout{30000};  // a frame's payload must arrive within this
+  // TLS under the key handshake (both sides present a certificate); unset: the store speaks in clear.
+  TlsOptions tls;
 };
 
 class StoreServer {
