@@ -1,5 +1,6 @@
 """What hmc.mf's parts share: memfabric's return-code convention, the global virtual address (GVA)
-layout, and the one World that the top level, BM (hmc.mf.bm) and SMEM (hmc.mf.shm) run over.
+layout, the config store's TLS settings, and the one World that the top level, BM (hmc.mf.bm) and
+SMEM (hmc.mf.shm) run over.
 
 GVA layout (64 bits; every rank computes the same address for the same byte):
 
@@ -17,6 +18,7 @@ at most INLINE bytes: those travel inside control messages. So everything hmc.mf
 World is a barrier or an equal-size all_gather of at most INLINE bytes per rank and call.
 """
 import logging
+import os
 import threading
 
 import numpy as np
@@ -82,6 +84,63 @@ def timeout_of(config, name):
     return float(value)
 
 
+class StoreTls:
+    """The config store's TLS as set_conf_store_tls and set_conf_store_tls_key leave it: every store
+    client and server hmc.mf starts afterwards (World, create_config_store, TransferEngine) uses it.
+    The key's password is held here only, for OpenSSL; it is never logged nor put in a message."""
+
+    FIELDS = {"tlsCaPath", "tlsCert", "tlsCrlPath", "tlsCrlFile", "tlsCaFile", "packagePath"}
+
+    def __init__(self):
+        self.files = None  # {"cert", "ca", "crl"} while enabled
+        self._key = None   # (PEM text, password)
+
+    def enable(self, tls_info):
+        """Parses memfabric's "tlsCaPath: DIR; tlsCaFile: a.pem,b.pem; tlsCert: FILE; tlsCrlPath: DIR;
+        tlsCrlFile: x.pem" (packagePath is accepted: hmc links its OpenSSL) and checks the files exist."""
+        fields = {}
+        for item in str(tls_info).split(";"):
+            if item.strip():
+                key, sep, value = item.partition(":")
+                if not sep or key.strip() not in self.FIELDS:
+                    raise InvalidArgumentError(f"tls_info item {key.strip()!r}: expected 'name: value' with a name "
+                                               f"of {', '.join(sorted(self.FIELDS))}")
+                fields[key.strip()] = value.strip()
+        missing = {"tlsCaPath", "tlsCert", "tlsCaFile"} - set(fields)
+        if missing:
+            raise InvalidArgumentError(f"tls_info lacks {', '.join(sorted(missing))}")
+
+        def under(folder, names):
+            return [os.path.join(folder, n.strip()) for n in names.split(",") if n.strip()]
+
+        files = {"cert": fields["tlsCert"], "ca": under(fields["tlsCaPath"], fields["tlsCaFile"]),
+                 "crl": under(fields.get("tlsCrlPath", ""), fields.get("tlsCrlFile", ""))}
+        for path in [files["cert"], *files["ca"], *files["crl"]]:
+            if not os.path.isfile(path):
+                raise InvalidArgumentError(f"tls_info names {path}, which is not a file")
+        if not files["ca"]:
+            raise InvalidArgumentError("tls_info: tlsCaFile names no CA file")
+        self.files = files
+
+    def disable(self):
+        self.files = None
+
+    def set_key(self, pem, password):
+        self._key = (pem, password)
+
+    def options(self):
+        """The store_tls dict of hmc's store, or None while TLS is off."""
+        if self.files is None:
+            return None
+        if self._key is None:
+            raise InvalidArgumentError("config store TLS is on but has no private key: call "
+                                       "set_conf_store_tls_key(tls_pk, tls_pk_pw, py_decrypt_func) first")
+        return {**self.files, "key_pem": self._key[0], "key_password": self._key[1]}
+
+
+store_tls = StoreTls()
+
+
 class Runtime:
     """The World shared by the top level ("top"), BM ("bm") and SMEM ("shm"), closed when the last
     of them lets go, and the allocator of its session buffer."""
@@ -96,6 +155,9 @@ class Runtime:
         if user in self.users:
             raise InvalidArgumentError("already initialized (call uninitialize first)")
         if self.world is None:
+            tls = store_tls.options()
+            if tls is not None:
+                options = {"store_tls": tls, **options}
             self.world = World(store_url, world_size, rank, **options)
             self._used = []
         elif world_size != self.world.size or rank not in (None, self.world.rank):

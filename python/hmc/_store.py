@@ -22,10 +22,14 @@ class Store:
 
     Every key lives under job_id. Values are bytes (str is encoded as UTF-8). get/wait block up to
     `timeout` seconds (None: the store's timeout) and raise hmc.TimeoutError naming the keys.
+    tls (tcp:// only): {"cert": PEM file, "key": PEM file (or "key_pem": the key's text),
+    "key_password": of an encrypted key, "ca": file or list, "crl": file or list}; the server must
+    use TLS too (StoreServer(tls=...), python -m hmc.store --tls-*, World store_tls=).
     """
 
-    def __init__(self, url, *, job_id=None, timeout=30.0, auth_key=None, authenticate=True, lease_ttl=10):
-        opts = {"timeout": float(timeout), "authenticate": bool(authenticate), "lease_ttl": int(lease_ttl)}
+    def __init__(self, url, *, job_id=None, timeout=30.0, auth_key=None, authenticate=True, lease_ttl=10, tls=None):
+        opts = {"timeout": float(timeout), "authenticate": bool(authenticate), "lease_ttl": int(lease_ttl),
+                "store_tls": tls}
         if job_id:
             opts["job_id"] = job_id
         if auth_key:

@@ -24,7 +24,7 @@ import re
 from . import _args, _hmc, _logging, _payload
 from . import _mf_bm as bm  # noqa: F401 - memfabric's submodule
 from . import _mf_shm as shm  # noqa: F401 - memfabric's submodule
-from ._errors import InvalidArgumentError, UnsupportedError
+from ._errors import InvalidArgumentError
 from ._errors import get_and_clear_last_err_msg, get_last_err_msg  # noqa: F401 - memfabric's names
 from . import _mf_runtime
 from ._mf_runtime import returns_code as _returns_code
@@ -120,59 +120,54 @@ class TransferOpcode(enum.IntEnum):
 def create_config_store(store_url):
     """Serves hmc's embedded store at store_url (tcp://ip:port) in this process, until uninitialize();
     clients (TransferEngine, bm/shm with start_store=False) authenticate with the shared key
-    (HMC_AUTH_KEY or the key file)."""
+    (HMC_AUTH_KEY or the key file), over TLS after set_conf_store_tls(True, ...)."""
     m = re.fullmatch(r"tcp://(\[[0-9a-fA-F:]+\]|[^:/\[\]]+):([0-9]{1,5})", str(store_url))
     if m is None:
         raise InvalidArgumentError(f"store_url={store_url!r} must be tcp://ip:port")
     if store_url in _state["stores"]:
         raise InvalidArgumentError(f"a config store already serves {store_url} in this process")
-    server = _hmc.StoreServer()
+    server = _hmc.StoreServer(tls=_mf_runtime.store_tls.options())
     server.listen(m.group(1).strip("[]"), int(m.group(2)))
     _state["stores"][store_url] = server
 
 
-_TLS_FIELDS = {"tlsCaPath", "tlsCert", "tlsCrlPath", "tlsCrlFile", "tlsCaFile", "packagePath"}
-
-
 @_returns_code
 def set_conf_store_tls(enable, tls_info=""):
-    """enable=False: the config store runs without TLS, as hmc's store always does (returns 0).
-    enable=True: tls_info ("tlsCaPath: ...; tlsCert: ...; tlsCaFile: ...") is checked, then
-    hmc.UnsupportedError: hmc's store protocol (tcp://) has no TLS; it authenticates both sides with
-    the shared key and sends in clear. hmc's TLS is on the control channel (World/Session options
-    tls_cert, tls_key, tls_ca or HMC_TLS_CERT/KEY/CA; in bm/shm configs: world_options)."""
-    if not enable:
-        return
-    fields = {}
-    for item in str(tls_info).split(";"):
-        if item.strip():
-            key, sep, value = item.partition(":")
-            if not sep or key.strip() not in _TLS_FIELDS:
-                raise InvalidArgumentError(f"tls_info item {key.strip()!r}: expected 'name: value' with a name "
-                                           f"of {', '.join(sorted(_TLS_FIELDS))}")
-            fields[key.strip()] = value.strip()
-    missing = {"tlsCaPath", "tlsCert", "tlsCaFile"} - set(fields)
-    if missing:
-        raise InvalidArgumentError(f"tls_info lacks {', '.join(sorted(missing))}")
-    raise UnsupportedError("config store TLS: hmc's store protocol (tcp://) has no TLS (it authenticates "
-                           "with the shared key and sends in clear); TLS is on hmc's control channel: "
-                           "tls_cert/tls_key/tls_ca in world_options, or HMC_TLS_CERT/KEY/CA")
+    """enable=True: the config store runs over TLS for everything hmc.mf starts afterwards (both
+    sides present a certificate and verify the other's); tls_info as in memfabric:
+    "tlsCaPath: DIR; tlsCaFile: ca.pem[,ca2.pem]; tlsCert: FILE[; tlsCrlPath: DIR; tlsCrlFile:
+    crl.pem,...][; packagePath: ...]" (packagePath is accepted and unused: hmc links OpenSSL). The
+    private key comes from set_conf_store_tls_key. enable=False: in clear (the default)."""
+    if enable:
+        _mf_runtime.store_tls.enable(tls_info)
+    else:
+        _mf_runtime.store_tls.disable()
 
 
 @_returns_code
 def set_conf_store_tls_key(tls_pk, tls_pk_pw, py_decrypt_func=None):
-    """Checks the arguments (tls_pk a non-empty private key, py_decrypt_func callable or None),
-    then hmc.UnsupportedError: the config store has no TLS (see set_conf_store_tls), and hmc's
-    control-channel TLS reads an unencrypted PEM key file (tls_key), so there is nothing to give
-    the key or its passphrase to. py_decrypt_func is therefore never called."""
-    if not isinstance(tls_pk, (str, bytes)) or not tls_pk:
-        raise InvalidArgumentError("tls_pk must be the private key (a non-empty str)")
+    """The config store's private key: tls_pk its PEM text, tls_pk_pw its password (for an encrypted
+    key; "" for none). With py_decrypt_func, tls_pk_pw is the password's ciphertext and
+    py_decrypt_func(tls_pk_pw) -> str the password: called once, here; the result is never logged."""
+    if isinstance(tls_pk, bytes):
+        tls_pk = tls_pk.decode("ascii", "replace")
+    if not isinstance(tls_pk, str) or "-----BEGIN" not in tls_pk or "PRIVATE KEY-----" not in tls_pk:
+        raise InvalidArgumentError("tls_pk must be the private key's PEM text (-----BEGIN ... PRIVATE KEY-----)")
     if not isinstance(tls_pk_pw, (str, bytes)):
-        raise InvalidArgumentError("tls_pk_pw must be a str")
+        raise InvalidArgumentError(f"tls_pk_pw must be a str, not {type(tls_pk_pw).__name__}")
     if py_decrypt_func is not None and not callable(py_decrypt_func):
         raise InvalidArgumentError(f"py_decrypt_func must be callable or None, not {type(py_decrypt_func).__name__}")
-    raise UnsupportedError("config store TLS key: hmc's store has no TLS, and its control-channel TLS takes an "
-                           "unencrypted PEM key file (world_options tls_key, or HMC_TLS_KEY)")
+    password = tls_pk_pw
+    if py_decrypt_func is not None:
+        try:
+            password = py_decrypt_func(tls_pk_pw)
+        except Exception as e:  # its message may hold the secret: only the type is reported
+            raise InvalidArgumentError(f"py_decrypt_func raised {type(e).__name__}") from None
+        if not isinstance(password, (str, bytes)):
+            raise InvalidArgumentError(f"py_decrypt_func must return a str, not {type(password).__name__}")
+    if isinstance(password, bytes):
+        password = password.decode("utf-8", "surrogateescape")
+    _mf_runtime.store_tls.set_key(tls_pk, password)
 
 
 @_returns_code
@@ -229,6 +224,9 @@ class TransferEngine:
         self.role, self.device_id = role, device_id
         timeout = options.get("timeout")
         self.timeout = 30.0 if timeout is None else _args.session_timeout(timeout)  # the C++ default
+        tls = _mf_runtime.store_tls.options()
+        if tls is not None:
+            options = {"store_tls": tls, **options}
         self._core = _hmc.TransferEngine(store_url, unique_id, options)
 
     def get_rpc_port(self):

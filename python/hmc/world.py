@@ -475,8 +475,9 @@ class World(_Base):
     SLURM_PROCID/SLURM_NTASKS (explicit arguments must agree with mpirun's or srun's). Options:
     buffer_size (bounds one round of a collective; default 64 MiB), ucx_tls, ucx_net_devices,
     progress_mode, timeout (s), job_id, auth_key, authenticate, start_store, local_ip, full_mesh,
-    store_timeout, lease_ttl, ctrl_uds_dir. A collective's timeout: seconds, inf, or None (the
-    world's timeout).
+    store_timeout, lease_ttl, ctrl_uds_dir, store_tls (a URL's store over TLS, and the one rank 0
+    starts: a dict as hmc.Store's tls=). A collective's timeout: seconds, inf, or None (the world's
+    timeout).
     """
 
     _notify = False

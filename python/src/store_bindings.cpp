@@ -110,14 +110,17 @@ void bind_store(py::module_& m) {
       .def("close", &PyStore::close);
 
   py::class_<StoreServer>(m, "StoreServer")
-      .def(py::init([](const std::string& auth_key, bool authenticate, std::size_t max_connections) {
-             StoreServerOptions o;
-             o.auth_key = auth_key;
-             o.authenticate = authenticate;
-             o.max_connections = max_connections;
-             return std::make_unique<StoreServer>(o);
-           }),
-           py::arg("auth_key") = "", py::arg("authenticate") = true, py::arg("max_connections") = 4096)
+      .def(py::init(
+               [](const std::string& auth_key, bool authenticate, std::size_t max_connections, const py::object& tls) {
+                 StoreServerOptions o;
+                 o.auth_key = auth_key;
+                 o.authenticate = authenticate;
+                 o.max_connections = max_connections;
+                 o.tls = tls_options(tls);
+                 return std::make_unique<StoreServer>(o);
+               }),
+           py::arg("auth_key") = "", py::arg("authenticate") = true, py::arg("max_connections") = 4096,
+           py::arg("tls") = py::none())
       .def("listen",
            [](StoreServer& s, const std::string& host, std::uint16_t port) {
              py::gil_scoped_release release;

@@ -28,7 +28,7 @@ WorldOptions world_options(const py::dict& d) {
   static const std::set<std::string> known = {"buffer_size",   "ucx_tls",      "ucx_net_devices", "progress_mode",
                                               "timeout",       "ctrl_uds_dir", "job_id",          "auth_key",
                                               "authenticate",  "start_store",  "local_ip",        "full_mesh",
-                                              "store_timeout", "lease_ttl",    "max_inflight"};
+                                              "store_timeout", "lease_ttl",    "max_inflight",    "store_tls"};
   for (auto item : d)
     if (!known.count(item.first.cast<std::string>()))
       throw InvalidArgumentError("unknown world option '" + item.first.cast<std::string>() + "'");
@@ -55,7 +55,42 @@ WorldOptions world_options(const py::dict& d) {
   if (d.contains("start_store") && !d["start_store"].is_none()) o.start_store = d["start_store"].cast<bool>();
   o.local_ip = opt<std::string>(d, "local_ip", "");
   o.full_mesh = opt<bool>(d, "full_mesh", false);
+  if (d.contains("store_tls")) o.store.tls = tls_options(d["store_tls"]);
   return o;
+}
+
+TlsOptions tls_options(const py::handle& h) {
+  TlsOptions t;
+  if (h.is_none()) return t;
+  if (!py::isinstance<py::dict>(h))
+    throw InvalidArgumentError("store_tls must be a dict (cert, key or key_pem, key_password, ca, crl) or None");
+  const auto text = [](const py::handle& v, const std::string& name) {
+    if (py::isinstance<py::bytes>(v)) return v.cast<std::string>();
+    if (!py::isinstance<py::str>(v)) throw InvalidArgumentError("store_tls['" + name + "'] must be a str");
+    return v.cast<std::string>();
+  };
+  const auto paths = [&](const py::handle& v, const std::string& name) {
+    std::vector<std::string> out;
+    if (py::isinstance<py::str>(v)) {
+      out.push_back(v.cast<std::string>());
+    } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+      for (auto item : v) out.push_back(text(item, name));
+    } else {
+      throw InvalidArgumentError("store_tls['" + name + "'] must be a path or a list of paths");
+    }
+    return out;
+  };
+  for (auto item : h.cast<py::dict>()) {
+    const std::string k = py::str(item.first);
+    if (k == "cert") t.cert = text(item.second, k);
+    else if (k == "key") t.key = text(item.second, k);
+    else if (k == "key_pem") t.key_pem = text(item.second, k);
+    else if (k == "key_password") t.key_password = text(item.second, k);
+    else if (k == "ca") t.ca = paths(item.second, k);
+    else if (k == "crl") t.crl = paths(item.second, k);
+    else throw InvalidArgumentError("unknown store_tls key '" + k + "' (cert, key, key_pem, key_password, ca, crl)");
+  }
+  return t;
 }
 
 StoreOptions store_options(const py::dict& d) {

@@ -20,5 +20,8 @@ std::chrono::milliseconds to_ms(Seconds s);
 // The keys hmc.World and hmc.TransferEngine accept; InvalidArgumentError for any other.
 WorldOptions world_options(const pybind11::dict& d);
 StoreOptions store_options(const pybind11::dict& d);
+// A store's TLS settings from a dict (cert, key or key_pem, key_password, ca, crl; ca and crl a path
+// or a list of paths); None or an empty dict: none. InvalidArgumentError for anything else.
+TlsOptions tls_options(const pybind11::handle& h);
 
 }  // namespace hmc::python

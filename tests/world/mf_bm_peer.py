@@ -1,10 +1,12 @@
 """One rank of hmc.mf's BM and SMEM over a world, for test_mf_bm.py.
 
-    python3 mf_bm_peer.py <store> <size> <rank> <ucx_tls> <copies|kill>
+    python3 mf_bm_peer.py <store> <size> <rank> <ucx_tls> <copies|kill> [CERTS]
 
 Prints one "OK name" or "FAIL name: why" per check, then "DONE". copies: every host copy type with
 every byte checked, a batch of 10,000 copies, refused addresses, SMEM. kill: the last rank exits
 after a barrier and the others' copies to it must fail with PEER_LOST within operation_timeout.
+CERTS (a folder of ranks.make_certs): the config store runs over TLS, with node.pem and the
+encrypted node-enc.key, whose password comes from a decrypt function.
 """
 import hashlib
 import os
@@ -180,12 +182,27 @@ def smem(rank, size):
 def main():
     url, size, rank, tls, scenario = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
     check(mf.initialize() == 0, "initialize")
+    if len(sys.argv) > 6:
+        certs = sys.argv[6]
+        ok_code(mf.set_conf_store_tls(True, f"tlsCaPath: {certs}; tlsCaFile: ca.pem; tlsCert: {certs}/node.pem"),
+                "set_conf_store_tls")
+        decrypted = []
+        with open(os.path.join(certs, "node-enc.key")) as f:
+            ok_code(mf.set_conf_store_tls_key(f.read(), "ciphertext", lambda c: decrypted.append(c) or "node-password"),
+                    "set_conf_store_tls_key")
+        check(decrypted == ["ciphertext"], "the decrypt function is called once, with the ciphertext")
     config = bm.BmConfig()
     config.rank_id = rank
     config.operation_timeout = OP_TIMEOUT
     config.init_timeout = config.create_timeout = 30
     config.world_options = {"ucx_tls": tls, "buffer_size": 4 * MiB + DRAM}
     ok_code(bm.initialize(url, size, 0, config), "bm.initialize")
+    if len(sys.argv) > 6:
+        try:
+            hmc.Store(url, timeout=5).close()
+            check(False, "the world's store refuses a client without TLS", "a plain client got in")
+        except hmc.AuthenticationError as e:
+            check("requires TLS" in str(e), "the world's store refuses a client without TLS", str(e))
     check(bm.bm_rank_id() == rank, "bm_rank_id")
     sconfig = shm.ShmConfig()
     sconfig.operation_timeout = OP_TIMEOUT

@@ -11,7 +11,7 @@ import hmc
 import hmc.mf as mf
 from hmc.mf import bm, shm
 from test_world import PYTHON, env_for
-from ranks import finish, report
+from ranks import finish, make_certs, report
 
 HERE = pathlib.Path(__file__).parent
 SIZE = 4
@@ -30,8 +30,8 @@ def free_url():
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-def ranks(url, tls, scenario):
-    return [subprocess.Popen([PYTHON, str(HERE / "mf_bm_peer.py"), url, str(SIZE), str(r), tls, scenario],
+def ranks(url, tls, scenario, *certs):
+    return [subprocess.Popen([PYTHON, str(HERE / "mf_bm_peer.py"), url, str(SIZE), str(r), tls, scenario, *certs],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for())
             for r in range(SIZE)]
 
@@ -41,6 +41,13 @@ def test_four_ranks_every_host_copy_type_batches_refusals_and_smem(tls):
     for lines, rc in finish(ranks(free_url(), tls, "copies"), 90):
         oks = [line for line in lines if line.startswith("OK ")]
         assert rc == 0 and lines[-1] == "DONE" and len(oks) == COPIES_CHECKS, report(lines)
+
+
+def test_four_ranks_over_a_config_store_in_tls(tmp_path):
+    certs = make_certs(tmp_path)
+    for lines, rc in finish(ranks(free_url(), "tcp", "copies", str(certs)), 90):
+        oks = [line for line in lines if line.startswith("OK ")]
+        assert rc == 0 and lines[-1] == "DONE" and len(oks) == COPIES_CHECKS + 4, report(lines)
 
 
 @pytest.mark.parametrize("tls", ["shm", "tcp"])
@@ -123,7 +130,7 @@ def test_smem_create_limits_barrier_and_all_gather(one_rank):
     assert mf.all_gather(b"top level too") == b"top level too"
 
 
-def test_config_store_and_tls():
+def test_config_store_and_tls(tmp_path):
     url = free_url()
     assert mf.create_config_store(url) == 0, mf.get_last_err_msg()
     assert mf.create_config_store(url) == -int(hmc.Status.INVALID_ARGUMENT)
@@ -132,13 +139,50 @@ def test_config_store_and_tls():
     engine.destroy()
     assert mf.set_conf_store_tls(False, "") == 0
     assert mf.set_conf_store_tls(True, "tlsCert: a") == -int(hmc.Status.INVALID_ARGUMENT)
-    info = "tlsCaPath: /etc/ssl/certs/; tlsCert: /etc/ssl/certs/server.crt; tlsCaFile: ca.pem"
-    assert mf.set_conf_store_tls(True, info) == -int(hmc.Status.UNSUPPORT)
-    assert "no TLS" in mf.get_and_clear_last_err_msg()
-    calls = []
-    assert mf.set_conf_store_tls_key("key", "cipher", calls.append) == -int(hmc.Status.UNSUPPORT)
-    assert calls == []  # nothing to give a decrypted passphrase to
-    assert mf.set_conf_store_tls_key("", "pw", None) == -int(hmc.Status.INVALID_ARGUMENT)
+    assert mf.set_conf_store_tls(True, "tlsCaPath: /nowhere; tlsCert: /nowhere/c.pem; tlsCaFile: ca.pem") \
+        == -int(hmc.Status.INVALID_ARGUMENT)
+    assert "/nowhere/c.pem, which is not a file" in mf.get_and_clear_last_err_msg()
+    assert mf.set_conf_store_tls_key("key", "cipher", None) == -int(hmc.Status.INVALID_ARGUMENT)
+    assert mf.set_conf_store_tls_key("-----BEGIN PRIVATE KEY-----", "pw", 7) == -int(hmc.Status.INVALID_ARGUMENT)
     assert [o.name for o in mf.TransferOpcode] == ["READ", "WRITE"]
     assert mf.initialize() == 0 and mf.initialize(0) == 0
     mf.uninitialize()
+
+
+def test_a_config_store_in_tls_serves_verified_clients_only_and_keeps_its_password_secret(tmp_path, caplog):
+    certs = make_certs(tmp_path, nodes=("node", "client"))
+    client = {"cert": str(certs / "client.pem"), "key": str(certs / "client.key"), "ca": str(certs / "ca.pem")}
+    logged = []
+    mf.set_extern_logger(lambda level, message: logged.append(message))
+    try:
+        assert mf.set_conf_store_tls(True, f"tlsCaPath: {certs}; tlsCaFile: ca.pem; tlsCert: {certs}/node.pem; "
+                                           "packagePath: /usr/lib") == 0, mf.get_last_err_msg()
+        url = free_url()
+        assert mf.create_config_store(url) == -int(hmc.Status.INVALID_ARGUMENT)  # no key yet
+        assert "set_conf_store_tls_key" in mf.get_and_clear_last_err_msg()
+        key = (certs / "node-enc.key").read_text()
+        # A wrong password: the store does not start, and nothing says the password.
+        assert mf.set_conf_store_tls_key(key, "ciphertext", lambda c: "a-wrong-secret") == 0
+        assert mf.create_config_store(url) == -int(hmc.Status.INVALID_CONFIG)
+        assert "wrong password?" in mf.get_and_clear_last_err_msg()
+        calls = []
+        assert mf.set_conf_store_tls_key(key, "ciphertext", lambda c: calls.append(c) or "node-password") == 0
+        assert calls == ["ciphertext"]
+        assert mf.create_config_store(url) == 0, mf.get_last_err_msg()
+        assert calls == ["ciphertext"], "the decrypt function is called once, when the key is set"
+        with hmc.Store(url, tls=client, timeout=10) as store:
+            store.set("k", b"over tls")
+            assert store.get("k") == b"over tls"
+        with pytest.raises(hmc.AuthenticationError, match="this store requires TLS"):
+            hmc.Store(url, timeout=10)
+        stranger = {"cert": str(certs / "other.pem"), "key": str(certs / "other.key"), "ca": str(certs / "ca.pem")}
+        with pytest.raises(hmc.AuthenticationError):
+            hmc.Store(url, tls=stranger, timeout=10)
+        with pytest.raises(hmc.InvalidArgumentError, match="unknown store_tls key 'certificate'"):
+            hmc.Store(url, tls={"certificate": "x"}, timeout=10)
+    finally:
+        mf.uninitialize()
+        mf.set_conf_store_tls(False, "")
+        mf.set_extern_logger(None)
+    text = "\n".join(logged) + caplog.text
+    assert "a-wrong-secret" not in text and "node-password" not in text

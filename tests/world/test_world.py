@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import hmc
-from ranks import finish, report
+from ranks import finish, make_certs, report
 
 HERE = pathlib.Path(__file__).parent
 PYTHON = "/usr/bin/python3"  # Debian's interpreter: it sees python3-numpy/torch
@@ -134,10 +134,13 @@ def test_a_torch_tcpstore_bootstraps_the_world():
 
 
 class StandaloneStore:
-    """python -m hmc.store on a free port."""
+    """python -m hmc.store on a free port (args: more of its options)."""
+
+    def __init__(self, *args):
+        self.args = list(args)
 
     def __enter__(self):
-        self.proc = subprocess.Popen([PYTHON, "-m", "hmc.store", "--host", "127.0.0.1", "--port", "0"],
+        self.proc = subprocess.Popen([PYTHON, "-m", "hmc.store", "--host", "127.0.0.1", "--port", "0", *self.args],
                                      stdout=subprocess.PIPE, text=True, env=env_for())
         line = self.proc.stdout.readline().split()
         assert line and line[0] == "READY", line
@@ -153,6 +156,26 @@ def test_two_jobs_share_one_standalone_store():
         procs = [spawn([url, 2, "auto", "blocking", "tcp", "collectives", f"job{i % 2}"]) for i in range(4)]
         results = finish(procs)
     assert_all_ok(results, CHECKS)
+
+
+def test_a_standalone_store_over_tls_serves_verified_worlds_and_clients_only(tmp_path):
+    certs = make_certs(tmp_path, nodes=("store", "rank"))
+    tls = {"cert": str(certs / "rank.pem"), "key": str(certs / "rank-enc.key"), "key_password": "rank-password",
+           "ca": [str(certs / "ca.pem")]}
+    with StandaloneStore("--tls-cert", str(certs / "store.pem"), "--tls-key", str(certs / "store.key"),
+                         "--tls-ca", str(certs / "ca.pem")) as url:
+        with hmc.World(url, 1, 0, ucx_tls="shm", buffer_size=1 << 20, store_tls=tls, job_id="tls",
+                       start_store=False) as world:
+            world.barrier()
+        with hmc.Store(url, job_id="tls", tls=tls) as store:
+            assert store.get("world/size") == b"1"  # the world's own keys, read back over TLS
+        with pytest.raises(hmc.AuthenticationError, match="this store requires TLS"):
+            hmc.Store(url, job_id="tls", timeout=5)
+        stranger = {**tls, "cert": str(certs / "other.pem"), "key": str(certs / "other.key"), "key_password": ""}
+        with pytest.raises(hmc.AuthenticationError):
+            hmc.Store(url, job_id="tls", tls=stranger, timeout=5)
+        with pytest.raises(hmc.InvalidConfigError, match="wrong password"):
+            hmc.Store(url, job_id="tls", tls={**tls, "key_password": "not it"}, timeout=5)
 
 
 def test_a_rank_killed_during_barriers_fails_the_others_naming_it():
