@@ -350,10 +350,8 @@ class _Mover:
 
     def batch(self, plans):
         kind = plans[0][0][0] + plans[0][1][0] if plans else ""
-        if kind == "HG":
-            self._batch_from_host(plans)
-        elif kind == "GH":
-            self._batch_to_host(plans)
+        if kind in ("HG", "GH"):
+            self._batch_host(plans, put=kind == "HG")
         else:
             for src, dst, n in plans:
                 self.copy(src, dst, n)
@@ -388,35 +386,27 @@ class _Mover:
             if group:
                 yield rank, group
 
-    def _batch_from_host(self, plans):
-        for rank, group in self._groups(plans, 1):
+    def _batch_host(self, plans, put):
+        """H2G (put) or G2H batches: each peer's small copies share the staging area and move as
+        one batched operation; this rank's own and larger ones are plain copies."""
+        for rank, group in self._groups(plans, 1 if put else 0):
             if rank == self.rank or group[0][2] > STAGING:
                 for src, dst, n in group:
                     self.copy(src, dst, n)
                 continue
-            total = sum(p[2] for p in group)
-            stage = (ctypes.c_char * total)()
-            items, at = [], 0
+            slots, at = [], 0  # (host address, staging offset, remote offset, n)
             for src, dst, n in group:
-                ctypes.memmove(ctypes.addressof(stage) + at, src[1], n)
-                items.append((rank, at, dst[2], n))
+                host, remote = (src, dst) if put else (dst, src)
+                slots.append((host[1], at, remote[2], n))
                 at += n
-            self.core.write(memoryview(stage).cast("B"), 0)
-            self.core.rma_batch(True, rank, [(loc, rem, n) for _, loc, rem, n in self._runs(items)])
-
-    def _batch_to_host(self, plans):
-        for rank, group in self._groups(plans, 0):
-            if rank == self.rank or group[0][2] > STAGING:
-                for src, dst, n in group:
-                    self.copy(src, dst, n)
-                continue
-            items, at = [], 0
-            for src, dst, n in group:
-                items.append((rank, at, src[2], n))
-                at += n
-            self.core.rma_batch(False, rank, [(loc, rem, n) for _, loc, rem, n in self._runs(items)])
-            staged = self.core.read(0, at)
-            at = 0
-            for src, dst, n in group:
-                ctypes.memmove(dst[1], staged[at:at + n], n)
-                at += n
+            if put:
+                stage = (ctypes.c_char * at)()
+                for host, loc, _, n in slots:
+                    ctypes.memmove(ctypes.addressof(stage) + loc, host, n)
+                self.core.write(memoryview(stage).cast("B"), 0)
+            runs = self._runs([(rank, loc, rem, n) for _, loc, rem, n in slots])
+            self.core.rma_batch(put, rank, [(loc, rem, n) for _, loc, rem, n in runs])
+            if not put:
+                staged = self.core.read(0, at)
+                for host, loc, _, n in slots:
+                    ctypes.memmove(host, staged[loc:loc + n], n)
