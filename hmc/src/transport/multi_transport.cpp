@@ -2,6 +2,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/status.hpp"
+#include "transport/forward_events.hpp"
 
 namespace hmc::detail {
 
@@ -26,30 +27,9 @@ void MultiTransport::build(std::uint8_t p) {
   }
   for (auto& [r, pid] : added) r->ids[p] = pid;
   built_[p] = std::move(t);
-  wire(p);
+  forward_events(*built_[p], *this, route_, p);
   if (expecting_losses_) built_[p]->expect_losses();
   if (attached_) built_[p]->attach();
-}
-
-void MultiTransport::wire(std::uint8_t p) {
-  Transport* t = built_[p].get();
-  // A peer that broke a plane's protocol goes whatever carries it; a plain failure counts only
-  // from the plane that carries the peer.
-  t->on_peer_failed = [this, p](std::uint32_t rank, error_code reason) {
-    auto it = route_.find(rank);
-    const bool carrier = it != route_.end() && it->second == p;
-    if (!carrier && it != route_.end() && status_of(reason) != Status::PROTOCOL_ERROR) return;
-    if (carrier) route_.erase(it);
-    if (on_peer_failed) on_peer_failed(rank, reason);
-  };
-  t->on_peer_ready = [this, p](std::uint32_t rank) {
-    auto it = route_.find(rank);
-    if (it != route_.end() && it->second == p && on_peer_ready) on_peer_ready(rank);
-  };
-  // A fast-path message is identified by the plane that received it: the peer's secret there.
-  t->on_message = [this](std::uint32_t rank, std::span<const std::byte> message) {
-    if (on_message) on_message(rank, message);
-  };
 }
 
 void MultiTransport::attach() {

@@ -70,7 +70,6 @@ class MultiTransport final : public Transport {
   };
 
   Transport& of(std::uint32_t rank) const;  // an unknown rank: plane 0 (it answers PEER_LOST)
-  void wire(std::uint8_t p);
 
   runtime::loop_executor executor_;
   std::vector<Plane> planes_;

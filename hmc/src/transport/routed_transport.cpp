@@ -2,6 +2,7 @@
 
 #include "hmc/error.hpp"
 #include "hmc/status.hpp"
+#include "transport/forward_events.hpp"
 #include "wire/wire_reader.hpp"
 #include "wire/wire_writer.hpp"
 
@@ -17,23 +18,7 @@ RoutedTransport::RoutedTransport(std::unique_ptr<UcxTransport> ucx, std::unique_
 
 void RoutedTransport::attach() {
   for (Transport* t : {static_cast<Transport*>(ucx_.get()), static_cast<Transport*>(tcp_.get())}) {
-    // A peer that broke either transport's protocol (its secret there names it) goes, whatever
-    // carries its data; a plain failure counts only from the transport that carries it.
-    t->on_peer_failed = [this, t](std::uint32_t rank, error_code reason) {
-      auto it = route_.find(rank);
-      const bool carrier = it != route_.end() && it->second == t;
-      if (!carrier && it != route_.end() && status_of(reason) != Status::PROTOCOL_ERROR) return;
-      if (carrier) route_.erase(it);
-      if (on_peer_failed) on_peer_failed(rank, reason);
-    };
-    t->on_peer_ready = [this, t](std::uint32_t rank) {
-      auto it = route_.find(rank);
-      if (it != route_.end() && it->second == t && on_peer_ready) on_peer_ready(rank);
-    };
-    // A fast-path message is identified by the transport that received it: the peer's secret there.
-    t->on_message = [this](std::uint32_t rank, std::span<const std::byte> message) {
-      if (on_message) on_message(rank, message);
-    };
+    forward_events(*t, *this, route_, t);
     t->attach();
   }
 }
