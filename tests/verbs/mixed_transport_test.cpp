@@ -13,7 +13,7 @@
 #include "emulated_verbs.hpp"
 #include "hmc/error.hpp"
 #include "hmc/session.hpp"
-#include "verbs/verbs_api.hpp"
+#include "verbs_test_util.hpp"
 
 namespace hmc {
 namespace {
@@ -25,8 +25,6 @@ using test::holds;
 constexpr std::size_t kBuffer = 4u << 20;
 constexpr std::uint16_t kUcxPort = 18600;
 constexpr std::uint16_t kRdmaPort = 18601;
-
-bool device_present() { return !detail::make_ibverbs_api()->devices().empty(); }
 
 class MixedSession : public ::testing::TestWithParam<const char*> {
  protected:
@@ -40,9 +38,7 @@ class MixedSession : public ::testing::TestWithParam<const char*> {
     return o;
   }
   void SetUp() override {
-    if (!emulated() && !device_present())
-      GTEST_SKIP() << "no RDMA device: ibv_get_device_list lists none (the device cases need a host with an "
-                      "RDMA NIC)";
+    if (const std::string why = test::rdma_skip_reason(emulated()); !why.empty()) GTEST_SKIP() << why;
     dir = test::temp_dir();
     server = std::make_unique<Session>(options());  // UCX by default; RDMA for the first client that asks
     server->init_server("127.0.0.1", kUcxPort, kRdmaPort, 0, 0, dir);
@@ -181,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Fabric, MixedSession, ::testing::Values("emulated", "de
 // A server that cannot serve RDMA (no device, no emulation) refuses an RDMA client in the handshake,
 // with its reason, at once; its UCX clients are unaffected.
 TEST(MixedConfig, AServerWithoutRdmaRefusesAnRdmaClientWithItsReason) {
-  if (device_present()) GTEST_SKIP() << "an RDMA device is present: the server could serve RDMA";
+  if (test::rdma_device_present()) GTEST_SKIP() << "an RDMA device is present: the server could serve RDMA";
   const std::string dir = test::temp_dir();
   SessionOptions so;
   so.buffer_size = 1u << 20;

@@ -18,6 +18,7 @@
 #include "hmc/runtime/event_loop.hpp"
 #include "verbs/verbs_peer_info.hpp"
 #include "verbs/verbs_transport.hpp"
+#include "verbs_test_util.hpp"
 
 namespace hmc {
 namespace {
@@ -28,8 +29,6 @@ using test::holds;
 
 constexpr std::size_t kBuffer = 4u << 20;
 constexpr std::uint16_t kRdmaPort = 18516;
-
-bool device_present() { return !detail::make_ibverbs_api()->devices().empty(); }
 
 SessionOptions rdma_options(bool emulated, const std::string& dir, std::chrono::milliseconds timeout = 10s) {
   SessionOptions o;
@@ -56,9 +55,7 @@ class VerbsSession : public ::testing::TestWithParam<const char*> {
  protected:
   bool emulated() const { return std::string(GetParam()) == "emulated"; }
   void SetUp() override {
-    if (!emulated() && !device_present())
-      GTEST_SKIP() << "no RDMA device: ibv_get_device_list lists none (the device cases need a host with an "
-                      "RDMA NIC)";
+    if (const std::string why = test::rdma_skip_reason(emulated()); !why.empty()) GTEST_SKIP() << why;
     if (emulated()) fabric = detail::EmulatedFabric::shared();
     dir = test::temp_dir();
     start(10s);
@@ -276,7 +273,7 @@ TEST_P(VerbsSession, ClosingWithOperationsInFlightFailsThemAndFreesEverything) {
 INSTANTIATE_TEST_SUITE_P(Fabric, VerbsSession, ::testing::Values("emulated", "device"));
 
 TEST(VerbsConfig, WithoutADeviceOrEmulationRdmaIsUnsupportedAndSaysWhy) {
-  if (device_present()) GTEST_SKIP() << "an RDMA device is present";
+  if (test::rdma_device_present()) GTEST_SKIP() << "an RDMA device is present";
   const std::string dir = test::temp_dir();
   try {
     Session s(rdma_options(false, dir));
