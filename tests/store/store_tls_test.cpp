@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "../ctrl/ctrl_test_util.hpp"
+#include "../hostile/flood.hpp"
 #include "../security/test_certs.hpp"
 #include "hmc/error.hpp"
 #include "hmc/store/store.hpp"
@@ -175,6 +176,22 @@ TEST_F(StoreTlsTest, AnEncryptedKeyOpensWithItsPasswordOnly) {
   }
   from_text.key_password.clear();
   EXPECT_THROW(Store(url, client(from_text)), InvalidConfigError);
+}
+
+// Garbage and one-byte connections never finish a TLS handshake: they take no more than a plaintext
+// flood does, and a client with a trusted certificate gets in meanwhile.
+TEST_F(StoreTlsTest, AClientWithATrustedCertificateGetsInWhileAFloodNeverFinishesTls) {
+  const std::string url = serve(tls("good", "good"));
+  const auto port = static_cast<std::uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
+  test::Flood flood(port, {"127.0.0.1"}, test::Flood::Mode::reopen);
+  ASSERT_EQ(flood.setup_failures(), 0) << "the flood could not open all its connections";
+  const auto t0 = std::chrono::steady_clock::now();
+  Store honest(url, client(tls("alice", "good")));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  honest.set("flood", "survived");
+  EXPECT_EQ(honest.get("flood", 5s), "survived");
+  std::printf("TLS store flood: %d connections; the client with a certificate connected in %lld ms\n", flood.stop(),
+              static_cast<long long>(ms.count()));
 }
 
 TEST_F(StoreTlsTest, IncompleteOrUnreadableSettingsAreInvalidConfig) {
