@@ -511,7 +511,7 @@ TEST_P(StoreFlood, AClientWithTheKeyGetsInWhileConnectionsThatNeverAuthenticateF
     const auto t0 = std::chrono::steady_clock::now();
     // The time it took is the figure; the timeout only tells a lockout from a delay. While the flood
     // keeps the accept queue full, the kernel holds the client's connection until its SYN-ACK
-    // retries (1, 2, 4 s) find room: a loaded CI run needed more than 5 s.
+    // retries (1, 2, 4 s) find room: more than 5 s on a loaded host.
     auto honest_options = client_options();
     honest_options.timeout = 30s;
     Store honest(url, honest_options);
