@@ -161,7 +161,7 @@ def test_the_largest_num_chs_is_accepted():
 
 
 @pytest.mark.skipif(not os.environ.get("HMC_REFERENCE_APPS"),
-                    reason="HMC_REFERENCE_APPS is not set (the reference's apps/python_app)")
+                    reason="HMC_REFERENCE_APPS is not set (the folder of the reference's Python apps)")
 def test_the_reference_perf_py_unchanged_runs_rdma_then_ucx_against_one_server(tmp_path):
     """perf.py as shipped, its run_server in a thread of its run_client's process (the emulation's reach)."""
     from test_reference_apps import HERE, LIMIT, env, free_ports

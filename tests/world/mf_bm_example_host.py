@@ -1,4 +1,4 @@
-"""The host-memory half of memfabric's example/bm/BmPython/smem_bm_example.py, for test_mf_bm.py:
+"""The host-memory half of memfabric's BM Python example (smem_bm_example.py), for test_mf_bm.py:
 the same calls in the same order with `import hmc.mf as memfabric_hybrid`. What differs and why:
 torch/torch_npu (NPU device, stream, npu tensors) and the L2G/G2L copies need an NPU, so the host
 tensors are NumPy int32 arrays; `from memfabric_hybrid import bm` cannot follow an `import ... as`
